@@ -1,0 +1,143 @@
+"""The composition root: ``mcp-celery-tasks serve | worker | beat | migrate``.
+
+Every command reads Settings from ``MCP_TASKS_*``; flags override the common ones.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+from typing import Annotated
+
+import typer
+
+from mcp_celery_tasks import migrate as migrations
+from mcp_celery_tasks.settings import Settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="MCP Tasks on Celery and Postgres.")
+
+DatabaseOpt = Annotated[
+    str | None, typer.Option("--database-url", help="Postgres DSN (MCP_TASKS_DATABASE_URL)")
+]
+BrokerOpt = Annotated[str | None, typer.Option("--broker-url", help="Celery broker (MCP_TASKS_BROKER_URL)")]
+ToolsOpt = Annotated[
+    str | None, typer.Option("--tools", help="Comma-separated tool modules (MCP_TASKS_TOOL_MODULES)")
+]
+
+
+def _settings(
+    database_url: str | None = None, broker_url: str | None = None, tools: str | None = None
+) -> Settings:
+    overrides: dict[str, object] = {}
+    if database_url:
+        overrides["database_url"] = database_url
+    if broker_url:
+        overrides["broker_url"] = broker_url
+    if tools:
+        overrides["tool_modules"] = [m.strip() for m in tools.split(",") if m.strip()]
+    return Settings(**overrides)  # type: ignore[arg-type]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 8000)")] = None,
+    workers: Annotated[int, typer.Option(help="uvicorn worker processes")] = 1,
+    database_url: DatabaseOpt = None,
+    broker_url: BrokerOpt = None,
+    tools: ToolsOpt = None,
+    log_level: Annotated[str, typer.Option(help="Log level")] = "info",
+) -> None:
+    """Run the MCP endpoint (POST /mcp)."""
+    import uvicorn
+
+    from mcp_celery_tasks.server import create_server
+
+    settings = _settings(database_url, broker_url, tools)
+    bind = host or settings.host
+    if not _is_loopback(bind) and not settings.auth_enabled and not settings.allow_insecure_bind:
+        typer.echo(
+            f"Refusing to bind {bind} with auth off: set MCP_TASKS_AUTH_TOKENS, or "
+            "MCP_TASKS_ALLOW_INSECURE_BIND=true if something in front authenticates.",
+            err=True,
+        )
+        raise typer.Exit(2)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(
+        create_server(settings),
+        host=bind,
+        port=port or settings.port,
+        workers=None if workers == 1 else workers,
+        log_level=log_level,
+        access_log=False,
+    )
+
+
+@app.command()
+def worker(
+    queues: Annotated[str | None, typer.Option("-Q", "--queues", help="Queues to consume")] = None,
+    concurrency: Annotated[int | None, typer.Option("-c", "--concurrency")] = None,
+    pool: Annotated[str, typer.Option("-P", "--pool", help="prefork or threads (never solo)")] = "prefork",
+    hostname: Annotated[str | None, typer.Option("-n", "--hostname")] = None,
+    database_url: DatabaseOpt = None,
+    broker_url: BrokerOpt = None,
+    tools: ToolsOpt = None,
+    log_level: Annotated[str, typer.Option(help="Log level")] = "info",
+) -> None:
+    """Run a Celery worker that executes tool jobs (and, with -Q mcp.maintenance, beat jobs)."""
+    from mcp_celery_tasks.celery_app import create_app
+    from mcp_celery_tasks.worker import install
+
+    if pool == "solo":
+        typer.echo("The solo pool cannot see cancels while a job runs; use prefork or threads.", err=True)
+        raise typer.Exit(2)
+    settings = _settings(database_url, broker_url, tools)
+    celery = create_app(settings)
+    install(celery, settings)
+    argv = ["worker", "-P", pool, "-Q", queues or settings.default_queue, "--loglevel", log_level]
+    if concurrency:
+        argv += ["-c", str(concurrency)]
+    argv += ["-n", hostname or f"mcp-{os.getpid()}@{socket.gethostname()}"]
+    celery.worker_main(argv)
+
+
+@app.command()
+def beat(
+    schedule_file: Annotated[str, typer.Option(help="Beat's schedule file")] = "celerybeat-schedule",
+    database_url: DatabaseOpt = None,
+    broker_url: BrokerOpt = None,
+    log_level: Annotated[str, typer.Option(help="Log level")] = "info",
+) -> None:
+    """Run Celery beat (exactly one per deployment): GC and the sweeper."""
+    from mcp_celery_tasks.celery_app import create_app
+
+    celery = create_app(_settings(database_url, broker_url))
+    celery.start(["beat", "-s", schedule_file, "--loglevel", log_level])
+
+
+@app.command()
+def migrate(
+    database_url: DatabaseOpt = None,
+    revision: Annotated[str, typer.Argument(help="Target revision")] = "head",
+) -> None:
+    """Apply database migrations (alembic upgrade)."""
+    migrations.upgrade(_settings(database_url), revision)
+
+
+def main() -> None:
+    app(prog_name="mcp-celery-tasks")
+
+
+if __name__ == "__main__":
+    main()

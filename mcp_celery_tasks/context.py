@@ -1,0 +1,152 @@
+"""The one object tool authors see while their tool runs as a task.
+
+No Celery, SQL or broker in sight: the worker binds a ``TaskContext`` per job (a ContextVar)
+and gives it a small runtime that knows how to write a status message and whether the task
+is still ours to run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+from mcp_celery_tasks.errors import TaskCancelled
+
+__all__ = ["TaskContext", "TaskRuntime", "current_context"]
+
+
+class TaskRuntime(Protocol):
+    """What a context needs from the worker that runs it."""
+
+    def write_status(self, message: str) -> None: ...
+
+    def still_running(self) -> bool:
+        """True while the task is active and this worker holds it (a fresh row read)."""
+        ...
+
+
+class TaskContext:
+    """Per-job handle: report progress, notice cancellation, read pre-task answers.
+
+    Attributes:
+        task_id: the MCP task id (a bearer-like handle: do not log it).
+        job_id: the Celery job id; safe to log, shown in Flower.
+        tool_name: the tool being run.
+        attempt: 1 on the first run, more when the job was redelivered after a crash.
+        preflight: answers collected before the task existed (``ask_first``).
+    """
+
+    def __init__(
+        self,
+        *,
+        task_id: str,
+        job_id: str,
+        tool_name: str,
+        attempt: int,
+        preflight: dict[str, Any] | None,
+        runtime: TaskRuntime,
+        report_interval_s: float = 0.25,
+        cancel_check_interval_s: float = 0.2,
+        max_status_chars: int = 1024,
+    ) -> None:
+        self.task_id = task_id
+        self.job_id = job_id
+        self.tool_name = tool_name
+        self.attempt = attempt
+        self.preflight: dict[str, Any] = dict(preflight or {})
+        self._runtime = runtime
+        self._report_interval = report_interval_s
+        self._check_interval = cancel_check_interval_s
+        self._max_status_chars = max_status_chars
+        self._lock = threading.Lock()
+        self._pending: str | None = None
+        self._last_write = 0.0
+        self._last_check = 0.0
+        self._cancelled = False
+
+    # ---- progress ----------------------------------------------------------------------
+
+    def report(self, message: str) -> None:
+        """Set the task's ``statusMessage``.
+
+        Writes are coalesced to one per ``report_interval``; the latest message always lands
+        (the worker flushes it in the background and before the outcome is recorded).
+        """
+        message = message[: self._max_status_chars]
+        with self._lock:
+            self._pending = message
+            due = time.monotonic() - self._last_write >= self._report_interval
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write a pending status message now (called by the worker; harmless for tools)."""
+        with self._lock:
+            message, self._pending = self._pending, None
+            if message is None:
+                return
+            self._last_write = time.monotonic()
+        self._runtime.write_status(message)
+
+    def _flush_if_due(self) -> None:
+        with self._lock:
+            due = self._pending is not None and time.monotonic() - self._last_write >= self._report_interval
+        if due:
+            self.flush()
+
+    # ---- cancellation ------------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the task was cancelled (or taken from this worker). Cheap: cached briefly."""
+        if self._cancelled:
+            return True
+        now = time.monotonic()
+        if now - self._last_check >= self._check_interval:
+            self._last_check = now
+            if not self._runtime.still_running():
+                self._cancelled = True
+        return self._cancelled
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``TaskCancelled`` if the task was cancelled: call it between steps."""
+        if self.cancelled:
+            raise TaskCancelled("the task was cancelled")
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, waking early (with ``TaskCancelled``) if the task is cancelled."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self.raise_if_cancelled()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, self._check_interval))
+
+    def mark_lost(self) -> None:
+        """The worker learned the task is no longer ours (cancelled or lease lost)."""
+        self._cancelled = True
+
+
+_current: ContextVar[TaskContext | None] = ContextVar("mcp_task_context", default=None)
+
+
+def current_context() -> TaskContext:
+    """The context of the task running in this thread; raises outside a task."""
+    ctx = _current.get()
+    if ctx is None:
+        raise RuntimeError("no MCP task is running in this context")
+    return ctx
+
+
+@contextmanager
+def bind(ctx: TaskContext) -> Iterator[TaskContext]:
+    token = _current.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _current.reset(token)

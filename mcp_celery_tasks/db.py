@@ -1,0 +1,102 @@
+"""Tables and metadata: the schema Alembic migrates and ``alembic check`` compares against.
+
+Queries do not go through these objects at run time (``store`` holds plain SQL for the hot
+paths); the tables exist so that the migration history can be checked against one source.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+__all__ = ["NOTIFY_CHANNEL", "metadata", "task_inputs", "tasks"]
+
+NOTIFY_CHANNEL = "mcp_task_events"
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+STATUS_CHECK = "status IN ('working', 'input_required', 'completed', 'failed', 'cancelled')"
+
+tasks = Table(
+    "mcp_tasks",
+    metadata,
+    Column("task_id", Text, primary_key=True),
+    Column("job_id", Text, nullable=False, unique=True),
+    Column("owner", Text, nullable=False),
+    Column("tool_name", Text, nullable=False),
+    Column("arguments", JSONB, nullable=False),
+    Column("preflight", JSONB, nullable=True),
+    Column("status", Text, nullable=False),
+    Column("status_message", Text, nullable=True),
+    Column("result", JSONB, nullable=True),
+    Column("error", JSONB, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("last_updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("ttl_ms", BigInteger, nullable=True),
+    Column("retention_ms", BigInteger, nullable=False),
+    Column("poll_interval_ms", Integer, nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("cancel_requested_at", DateTime(timezone=True), nullable=True),
+    Column("queue", Text, nullable=False),
+    Column("dispatched_at", DateTime(timezone=True), nullable=True),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("worker", Text, nullable=True),
+    Column("lease_until", DateTime(timezone=True), nullable=True),
+    Column("inbox", Text, nullable=True),
+    Column("started_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("protocol_version", Text, nullable=False),
+    Column("client_capabilities", JSONB, nullable=False),
+    Column("client_info", JSONB, nullable=True),
+    CheckConstraint(STATUS_CHECK, name="status"),
+    Index("ix_mcp_tasks_expires_at", "expires_at"),
+    Index("ix_mcp_tasks_owner_created_at", "owner", "created_at"),
+    Index(
+        "ix_mcp_tasks_active",
+        "status",
+        "lease_until",
+        postgresql_where=text("status IN ('working', 'input_required')"),
+    ),
+    Index("ix_mcp_tasks_undispatched", "created_at", postgresql_where=text("dispatched_at IS NULL")),
+)
+
+task_inputs = Table(
+    "mcp_task_inputs",
+    metadata,
+    Column("task_id", Text, ForeignKey("mcp_tasks.task_id", ondelete="CASCADE"), nullable=False),
+    Column("key", Text, nullable=False),
+    Column("method", Text, nullable=False),
+    Column("params", JSONB, nullable=True),
+    Column("params_hash", Text, nullable=False),
+    Column("response", JSONB, nullable=True),
+    Column("superseded", Boolean, nullable=False, server_default=text("false")),
+    Column("requested_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("answered_at", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint("task_id", "key"),
+    CheckConstraint(
+        "method IN ('elicitation/create', 'sampling/createMessage', 'roots/list')", name="method"
+    ),
+)

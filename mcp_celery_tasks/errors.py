@@ -1,0 +1,140 @@
+"""One exception tree. Every error a client can see knows its JSON-RPC code.
+
+::
+
+    McpTasksError
+    ├── ProtocolError            a JSON-RPC error answered to the client (code, message, data)
+    │   ├── InvalidParams        -32602
+    │   ├── MethodNotFound       -32601  (HTTP 404)
+    │   ├── InvalidRequest       -32600
+    │   ├── ParseError           -32700
+    │   ├── HeaderMismatch       -32020  (HTTP 400)
+    │   ├── MissingCapability    -32021  (HTTP 400)
+    │   ├── UnsupportedVersion   -32022  (HTTP 400)
+    │   └── InternalError        -32603
+    ├── ToolError                raised by tool code: the task completes with isError: true
+    │   └── TaskCancelled        the task was cancelled; the worker stops quietly
+    ├── McpError                 raised by tool code: the task fails with this JSON-RPC error
+    └── InfrastructureError      Postgres or the broker failed; never a tool result (retried)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_types import jsonrpc as codes
+
+__all__ = [
+    "HeaderMismatch",
+    "InfrastructureError",
+    "InternalError",
+    "InvalidParams",
+    "InvalidRequest",
+    "McpError",
+    "McpTasksError",
+    "MethodNotFound",
+    "MissingCapability",
+    "ParseError",
+    "ProtocolError",
+    "TaskCancelled",
+    "ToolError",
+    "UnsupportedVersion",
+]
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+
+
+class McpTasksError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class ProtocolError(McpTasksError):
+    """A JSON-RPC error for the client."""
+
+    code: int = codes.INTERNAL_ERROR
+    http_status: int = 200
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+    def to_error(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+class ParseError(ProtocolError):
+    code = codes.PARSE_ERROR
+    http_status = 400
+
+
+class InvalidRequest(ProtocolError):
+    code = codes.INVALID_REQUEST
+    http_status = 400
+
+
+class InvalidParams(ProtocolError):
+    code = codes.INVALID_PARAMS
+    http_status = 400
+
+
+class MethodNotFound(ProtocolError):
+    code = codes.METHOD_NOT_FOUND
+    http_status = 404  # Streamable HTTP 2026-07-28: unknown method -> 404
+
+
+class HeaderMismatch(ProtocolError):
+    code = codes.HEADER_MISMATCH
+    http_status = 400
+
+
+class MissingCapability(ProtocolError):
+    code = codes.MISSING_REQUIRED_CLIENT_CAPABILITY
+    http_status = 400
+
+    def __init__(self, message: str = "Missing required client capability") -> None:
+        super().__init__(message, {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})
+
+
+class UnsupportedVersion(ProtocolError):
+    code = codes.UNSUPPORTED_PROTOCOL_VERSION
+    http_status = 400
+
+
+class InternalError(ProtocolError):
+    code = codes.INTERNAL_ERROR
+    http_status = 500
+
+
+class ToolError(McpTasksError):
+    """Raise from a tool to end the call with ``isError: true`` and this message.
+
+    The task still ends ``completed``: SEP-2663 reserves ``failed`` for JSON-RPC errors.
+    """
+
+
+class TaskCancelled(ToolError):
+    """The task was cancelled; raised at the tool's next checkpoint."""
+
+
+class McpError(McpTasksError):
+    """Raise from a tool to end the task ``failed`` with this JSON-RPC error."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_error(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+class InfrastructureError(McpTasksError):
+    """Postgres or the broker failed. The precise error is on ``__cause__``."""

@@ -1,0 +1,99 @@
+"""TaskEvents: one hub per API process that tells waiters when a task may have changed.
+
+One LISTEN connection per process (``NOTIFY mcp_task_events`` is sent by status transitions
+only), fanned out in-process. A notification is a hint: the waiter re-reads its row. After a
+reconnect every watcher is woken to re-read, and watchers are also woken every
+``recheck_s`` so nothing depends on a notification arriving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+
+from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.store import ApiStore, TaskRecord
+
+__all__ = ["TaskEvents"]
+
+logger = logging.getLogger(__name__)
+
+
+class TaskEvents:
+    def __init__(self, store: ApiStore, *, recheck_s: float = 1.0) -> None:
+        self._store = store
+        self._recheck_s = recheck_s
+        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.connected = False
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._listen(), name="mcp-task-events")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    @property
+    def watched(self) -> int:
+        return len(self._watchers)
+
+    @contextlib.contextmanager
+    def watch(self, task_id: str) -> Iterator[asyncio.Event]:
+        """An event set whenever ``task_id`` may have changed."""
+        event = asyncio.Event()
+        self._watchers.setdefault(task_id, set()).add(event)
+        try:
+            yield event
+        finally:
+            waiters = self._watchers.get(task_id)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._watchers[task_id]
+
+    async def wait_terminal(self, task_id: str, owner: str, wait_s: float) -> TaskRecord | None:
+        """The row once it is terminal (or the last row read when ``wait_s`` runs out).
+
+        None if the task does not exist for ``owner``.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        with self.watch(task_id) as changed:
+            while True:
+                changed.clear()  # before the read: a change after it wakes us
+                record = await self._store.get_task(task_id, owner)
+                if record is None or not record.active:
+                    return record
+                left = deadline - loop.time()
+                if left <= 0:
+                    return record
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), timeout=min(left, self._recheck_s))
+
+    def _wake(self, task_id: str | None) -> None:
+        if task_id is None:
+            for waiters in self._watchers.values():
+                for event in waiters:
+                    event.set()
+            return
+        for event in self._watchers.get(task_id, ()):
+            event.set()
+
+    async def _listen(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                async for task_id in self._store.notifications():
+                    self.connected = True
+                    backoff = 0.1
+                    self._wake(task_id)
+            except InfrastructureError:
+                logger.warning("task event listener lost its connection; reconnecting", exc_info=True)
+            self.connected = False
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)

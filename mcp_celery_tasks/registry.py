@@ -1,0 +1,168 @@
+"""The ``@tool`` decorator and the specs it records: schema, task mode, queue, timings.
+
+The API imports tool modules to learn names, schemas and modes; only workers call the
+functions. Arguments are validated against the schema before any row is written.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, overload
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from mcp_celery_tasks.context import TaskContext
+from mcp_celery_tasks.errors import InvalidParams
+
+__all__ = ["Mode", "ToolSpec", "all_tools", "get_tool", "load_tool_modules", "tool"]
+
+Mode = Literal["forbidden", "optional", "required"]
+"""How a tool runs: ``forbidden`` never as a task (the call waits for the job), ``optional``
+as a task when the request declares the tasks extension, ``required`` only as a task
+(non-declaring clients get -32021)."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """Everything the server and the workers know about one tool."""
+
+    name: str
+    description: str | None
+    fn: Callable[..., Any]
+    arguments_model: type[BaseModel]
+    context_param: str | None
+    mode: Mode
+    queue: str | None
+    retention_seconds: float | None
+    poll_interval_ms: int | None
+    max_attempts: int | None
+    input_schema: dict[str, Any] = field(default_factory=dict)
+
+    def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validate against the input schema; return the JSON-ready arguments to store."""
+        try:
+            model = self.arguments_model.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
+                for err in exc.errors(include_url=False)
+            )
+            raise InvalidParams(f"Invalid arguments for tool {self.name!r}: {problems}") from exc
+        return model.model_dump(mode="json")
+
+    def call_kwargs(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Python values for the stored arguments (re-validated in the worker)."""
+        model = self.arguments_model.model_validate(arguments)
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+
+_REGISTRY: dict[str, ToolSpec] = {}
+
+
+def _build(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], str | None]:
+    hints = typing.get_type_hints(fn)
+    fields: dict[str, Any] = {}
+    context_param = None
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {name!r}: *args and **kwargs are not supported")
+        annotation = hints.get(param.name, Any)
+        if annotation is TaskContext:
+            context_param = param.name
+            continue
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    model = create_model(
+        f"{name}_arguments",
+        __config__=ConfigDict(extra="ignore"),
+        **fields,
+    )
+    return model, context_param
+
+
+@overload
+def tool(fn: F, /) -> F: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mode: Mode = "optional",
+    queue: str | None = None,
+    retention_seconds: float | None = None,
+    poll_interval_ms: int | None = None,
+    max_attempts: int | None = None,
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mode: Mode = "optional",
+    queue: str | None = None,
+    retention_seconds: float | None = None,
+    poll_interval_ms: int | None = None,
+    max_attempts: int | None = None,
+) -> F | Callable[[F], F]:
+    """Register a function as an MCP tool that runs as a Celery job.
+
+    The input schema comes from the type hints; a parameter annotated ``TaskContext``
+    receives the context. ``queue`` routes the job (e.g. ``"gpu"``); ``retention_seconds``
+    is how long a finished task stays readable; unset values come from Settings.
+    """
+
+    def register(func: F) -> F:
+        tool_name = name or func.__name__
+        if tool_name in _REGISTRY and _REGISTRY[tool_name].fn is not func:
+            raise ValueError(f"a tool named {tool_name!r} is already registered")
+        model, context_param = _build(func, tool_name)
+        schema = model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            if isinstance(prop, dict):
+                prop.pop("title", None)
+        doc = inspect.getdoc(func)
+        _REGISTRY[tool_name] = ToolSpec(
+            name=tool_name,
+            description=description or (doc.split("\n\n")[0] if doc else None),
+            fn=func,
+            arguments_model=model,
+            context_param=context_param,
+            mode=mode,
+            queue=queue,
+            retention_seconds=retention_seconds,
+            poll_interval_ms=poll_interval_ms,
+            max_attempts=max_attempts,
+            input_schema=schema,
+        )
+        return func
+
+    if fn is not None:
+        return register(fn)
+    return register
+
+
+def get_tool(name: str) -> ToolSpec | None:
+    return _REGISTRY.get(name)
+
+
+def all_tools() -> list[ToolSpec]:
+    """Every tool, in registration order."""
+    return list(_REGISTRY.values())
+
+
+def load_tool_modules(modules: Iterable[str]) -> None:
+    """Import the modules whose ``@tool`` functions make up the server."""
+    for module in modules:
+        importlib.import_module(module)

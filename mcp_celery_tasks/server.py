@@ -1,0 +1,203 @@
+"""The FastAPI app: Streamable HTTP for protocol 2026-07-28 (stateless, one POST endpoint).
+
+Thin on purpose: read the body (bounded), authenticate, check Origin, hand the parsed body to
+``dispatch``, and write JSON — or SSE with keep-alive comments for a call that must wait.
+Closing that SSE stream cancels the request, and with it the task behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+from urllib.parse import urlsplit
+
+import pydantic_core
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from mcp_celery_tasks import dispatch
+from mcp_celery_tasks.auth import Unauthorized, authenticate
+from mcp_celery_tasks.celery_app import create_app
+from mcp_celery_tasks.channel import CircuitBreaker, Publisher
+from mcp_celery_tasks.errors import InvalidRequest, ParseError, ProtocolError
+from mcp_celery_tasks.events import TaskEvents
+from mcp_celery_tasks.handlers import Services
+from mcp_celery_tasks.registry import load_tool_modules
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import ApiStore, WorkerStore
+
+__all__ = ["create_server"]
+
+logger = logging.getLogger(__name__)
+
+try:
+    SERVER_VERSION = version("mcp-celery-tasks")
+except PackageNotFoundError:  # running from a source tree
+    SERVER_VERSION = "0.0.0"
+
+_JSON = "application/json"
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(pydantic_core.to_json(body), status_code=status, media_type=_JSON, headers=headers)
+
+
+def _error(status: int, error: ProtocolError, request_id: Any = None, **headers: str) -> Response:
+    return _json(status, dispatch.error_body(request_id, error), headers or None)
+
+
+def _origin_allowed(origin: str, settings: Settings) -> bool:
+    if origin in settings.allowed_origins:
+        return True
+    host = urlsplit(origin).hostname or ""
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _header(request: Request, name: str) -> str | None:
+    value = request.headers.get(name)
+    return value.strip() if value is not None else None
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def create_server(settings: Settings) -> FastAPI:
+    """The ASGI app. Publishing, the event hub and the pool start with the lifespan."""
+    holder: dict[str, Services] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        load_tool_modules(settings.tool_modules)
+        store = ApiStore(settings)
+        await store.open()
+        events = TaskEvents(store)
+        await events.start()
+        marker = WorkerStore(settings, application_name="mcp-celery-tasks-publisher")
+        publisher = Publisher(
+            create_app(settings),
+            on_published=marker.mark_dispatched,
+            deadline_s=settings.publish_deadline_seconds,
+            breaker=CircuitBreaker(settings.breaker_failures, settings.breaker_reset_seconds),
+        )
+        publisher.start()
+        holder["services"] = Services(settings, store, events, publisher, SERVER_VERSION)
+        try:
+            yield
+        finally:
+            await events.stop()
+            await asyncio.to_thread(publisher.stop)
+            await asyncio.to_thread(marker.close)
+            await store.close()
+
+    app = FastAPI(
+        title="mcp-celery-tasks", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
+
+    @app.post("/mcp")
+    async def mcp_post(request: Request) -> Response:
+        services = holder["services"]
+        origin = request.headers.get("origin")
+        if origin is not None and not _origin_allowed(origin, settings):
+            return _error(403, InvalidRequest("Origin not allowed"))
+        try:
+            principal = authenticate(settings, request.headers.get("authorization"))
+        except Unauthorized as exc:
+            return _error(
+                401,
+                InvalidRequest(f"Unauthorized: {exc}"),
+                **{"WWW-Authenticate": 'Bearer realm="mcp", error="invalid_token"'},
+            )
+        raw = await _read_body(request, settings.max_body_bytes)
+        if raw is None:
+            return _error(413, InvalidRequest(f"Request body larger than {settings.max_body_bytes} bytes"))
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return _error(400, ParseError("Parse error: the body is not valid JSON"))
+        headers = dispatch.Headers(
+            protocol_version=_header(request, "mcp-protocol-version"),
+            method=_header(request, "mcp-method"),
+            name=_header(request, "mcp-name"),
+        )
+        reply = await dispatch.dispatch(services, body, headers, principal)
+        if reply.deferred is None:
+            if reply.body is None:
+                return Response(status_code=reply.http_status)
+            return _json(reply.http_status, reply.body)
+        if "text/event-stream" in request.headers.get("accept", ""):
+            return StreamingResponse(
+                _sse(services, reply),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        return await _json_when_settled(services, reply, request)
+
+    @app.get("/mcp")
+    @app.delete("/mcp")
+    async def mcp_other() -> Response:
+        # Stateless 2026-07-28: no standalone stream, no session to delete.
+        return Response(status_code=405, headers={"Allow": "POST"})
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return _json(200, {"status": "ok"})
+
+    return app
+
+
+async def _sse(services: Services, reply: dispatch.Reply) -> AsyncIterator[str]:
+    settled = asyncio.create_task(dispatch.settle(services, reply))
+    try:
+        while True:
+            done, _ = await asyncio.wait({settled}, timeout=services.settings.sse_keepalive_seconds)
+            if done:
+                data = pydantic_core.to_json(settled.result()).decode()
+                yield f"event: message\ndata: {data}\n\n"
+                return
+            yield ": keep-alive\n\n"  # keeps proxies from cutting a long synchronous call
+    finally:
+        if not settled.done():
+            settled.cancel()  # the client closed the stream: cancel the request (and its task)
+            with contextlib.suppress(asyncio.CancelledError):
+                await settled
+
+
+async def _json_when_settled(services: Services, reply: dispatch.Reply, request: Request) -> Response:
+    settled = asyncio.create_task(dispatch.settle(services, reply))
+    try:
+        while True:
+            done, _ = await asyncio.wait({settled}, timeout=1.0)
+            if done:
+                return _json(200, settled.result())
+            if await request.is_disconnected():
+                settled.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await settled
+                return Response(status_code=499)
+    finally:
+        if not settled.done():
+            settled.cancel()

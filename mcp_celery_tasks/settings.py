@@ -1,0 +1,102 @@
+"""One frozen Settings object, read from the environment (``MCP_TASKS_*``).
+
+Every knob the server, the workers and beat share lives here, so that the API and the
+workers always agree on queue names, timeouts and the database they talk to.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "get_settings"]
+
+
+class Settings(BaseSettings):
+    """Configuration shared by every process of a deployment."""
+
+    model_config = SettingsConfigDict(env_prefix="MCP_TASKS_", frozen=True, extra="ignore")
+
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/mcp_tasks"
+    """Postgres DSN (libpq form). The task rows live here."""
+
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    """Celery broker: ``redis://…`` or ``amqp://…``."""
+
+    tool_modules: list[str] = Field(default_factory=lambda: ["workers"])
+    """Python modules that define the tools (imported by the API and by workers)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    allow_insecure_bind: bool = False
+    """Allow a non-loopback bind address while auth is off."""
+
+    auth_tokens: dict[str, str] = Field(default_factory=dict)
+    """Static bearer tokens, ``{"name": "token"}``; the principal is ``token:<name>``. Empty: auth off."""
+
+    allowed_origins: list[str] = Field(default_factory=list)
+    """Origins accepted besides loopback ones. Requests without an Origin header are accepted."""
+
+    server_name: str = "mcp-celery-tasks"
+
+    default_queue: str = "mcp.default"
+    maintenance_queue: str = "mcp.maintenance"
+
+    retention_ms: int = 3_600_000
+    """How long a finished task stays readable (its TTL after it ends)."""
+    max_retention_ms: int = 7 * 24 * 3_600_000
+    poll_interval_ms: int = 1000
+
+    lease_seconds: float = 30.0
+    """A worker holds a task for this long without renewing it before another may take over."""
+    max_attempts: int = 3
+
+    max_body_bytes: int = 1_048_576
+    max_result_bytes: int = 4_194_304
+    max_status_message_chars: int = 1024
+
+    max_sync_wait_seconds: float = 300.0
+    """A synchronous tools/call waits this long for its job before the task is cancelled."""
+    sse_keepalive_seconds: float = 15.0
+
+    publish_deadline_seconds: float = 5.0
+    """A job not published within this long is left to the sweeper (the outbox)."""
+    breaker_failures: int = 5
+    breaker_reset_seconds: float = 10.0
+
+    db_pool_min: int = 2
+    db_pool_max: int = 10
+    db_connect_timeout_seconds: float = 5.0
+    db_statement_timeout_ms: int = 10_000
+
+    report_min_interval_seconds: float = 0.25
+    """A tool's ``ctx.report`` writes at most this often; the last message always lands."""
+    cancel_check_interval_seconds: float = 0.2
+
+    redis_visibility_timeout_seconds: int = 43_200
+    worker_soft_shutdown_seconds: float = 20.0
+
+    @field_validator("database_url")
+    @classmethod
+    def _libpq_form(cls, value: str) -> str:
+        # Accept the SQLAlchemy spelling too; psycopg wants plain libpq URLs.
+        for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgres://"):
+            if value.startswith(prefix):
+                return "postgresql://" + value[len(prefix) :]
+        return value
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return "postgresql+psycopg://" + self.database_url.removeprefix("postgresql://")
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.auth_tokens)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()

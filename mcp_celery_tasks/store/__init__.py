@@ -1,0 +1,15 @@
+"""The only door to Postgres: the API's async store and the workers' sync store."""
+
+from mcp_celery_tasks.store.aio import ApiStore, CancelOutcome
+from mcp_celery_tasks.store.records import ClaimedTask, InputRecord, NewTask, TaskRecord
+from mcp_celery_tasks.store.sync import WorkerStore
+
+__all__ = [
+    "ApiStore",
+    "CancelOutcome",
+    "ClaimedTask",
+    "InputRecord",
+    "NewTask",
+    "TaskRecord",
+    "WorkerStore",
+]

@@ -1,0 +1,141 @@
+"""The API's door to Postgres: an async psycopg pool, one statement per operation."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import _rows, queries
+from mcp_celery_tasks.store.records import InputRecord, NewTask, TaskRecord
+
+__all__ = ["ApiStore", "CancelOutcome"]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    """What tasks/cancel did. ``found`` is False for unknown or foreign tasks."""
+
+    found: bool
+    cancelled_now: bool = False
+    job_id: str | None = None
+    inbox: str | None = None
+    previous_status: str | None = None
+
+
+class ApiStore:
+    """Async store operations used by the HTTP front end."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[dict[str, Any]]] = AsyncConnectionPool(
+            settings.database_url,
+            min_size=settings.db_pool_min,
+            max_size=settings.db_pool_max,
+            kwargs={
+                "autocommit": True,
+                "row_factory": dict_row,
+                "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
+                "options": f"-c statement_timeout={settings.db_statement_timeout_ms}",
+                "application_name": "mcp-celery-tasks-api",
+            },
+            timeout=settings.db_connect_timeout_seconds,
+            open=False,
+            name="mcp-tasks-api",
+            connection_class=psycopg.AsyncConnection[dict[str, Any]],
+        )
+
+    async def open(self) -> None:
+        await self._pool.open(wait=False)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise InfrastructureError("the task database is unavailable") from exc
+        except psycopg.errors.QueryCanceled as exc:
+            raise InfrastructureError("the task database did not answer in time") from exc
+        except Exception as exc:
+            # psycopg_pool raises PoolTimeout (not an OperationalError) when no connection
+            # can be had within the pool timeout.
+            if type(exc).__module__.startswith("psycopg"):
+                raise InfrastructureError("the task database is unavailable") from exc
+            raise
+
+    async def _fetch(self, sql: LiteralString, params: dict[str, Any]) -> list[dict[str, Any]]:
+        async with self._conn() as conn:
+            cursor = await conn.execute(sql, params)
+            return await cursor.fetchall()
+
+    async def create_task(self, task: NewTask) -> TaskRecord:
+        """Insert and commit a task row (autocommit): a tasks/get resolves once this returns."""
+        rows = await self._fetch(queries.CREATE_TASK, _rows.new_task_params(task))
+        return _rows.task_record(rows[0])
+
+    async def get_task(self, task_id: str, owner: str) -> TaskRecord | None:
+        rows = await self._fetch(queries.GET_TASK, {"task_id": task_id, "owner": owner})
+        return _rows.task_record(rows[0]) if rows else None
+
+    async def get_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:
+        """Rows for the event hub (ownership is checked by whoever registered the watch)."""
+        rows = await self._fetch(queries.GET_TASKS, {"task_ids": list(task_ids)})
+        return [_rows.task_record(row) for row in rows]
+
+    async def outstanding_inputs(self, task_id: str) -> list[InputRecord]:
+        rows = await self._fetch(queries.OUTSTANDING_INPUTS, {"task_id": task_id})
+        return [_rows.input_record(row) for row in rows]
+
+    async def task_exists(self, task_id: str, owner: str) -> bool:
+        return bool(await self._fetch(queries.TASK_EXISTS, {"task_id": task_id, "owner": owner}))
+
+    async def request_cancel(self, task_id: str, owner: str, message: str | None = None) -> CancelOutcome:
+        rows = await self._fetch(
+            queries.REQUEST_CANCEL, {"task_id": task_id, "owner": owner, "message": message}
+        )
+        if rows:
+            row = rows[0]
+            return CancelOutcome(
+                found=True,
+                cancelled_now=True,
+                job_id=row["job_id"],
+                inbox=row["inbox"],
+                previous_status=row["previous_status"],
+            )
+        return CancelOutcome(found=await self.task_exists(task_id, owner))
+
+    async def notifications(self) -> AsyncIterator[str | None]:
+        """Task ids from ``NOTIFY mcp_task_events`` on one dedicated autocommit connection.
+
+        Yields ``None`` once right after (re)connecting, so the caller re-reads what it
+        watches: anything may have changed while no one listened.
+        """
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self._settings.database_url,
+                autocommit=True,
+                connect_timeout=max(1, int(self._settings.db_connect_timeout_seconds)),
+                application_name="mcp-celery-tasks-events",
+            )
+        except psycopg.Error as exc:
+            raise InfrastructureError("cannot listen for task events") from exc
+        try:
+            await conn.execute("LISTEN " + queries.NOTIFY_CHANNEL)
+            yield None
+            async for notify in conn.notifies():
+                yield notify.payload
+        except psycopg.Error as exc:
+            raise InfrastructureError("lost the task event connection") from exc
+        finally:
+            await conn.close()

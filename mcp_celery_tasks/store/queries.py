@@ -1,0 +1,179 @@
+"""Every SQL statement the store runs, named, in one place.
+
+Each change is one guarded statement (``UPDATE … WHERE status IN (…) [AND worker = …]``); a
+status transition notifies ``mcp_task_events`` from the same statement, so the notification
+is sent exactly when the transition commits. Nothing else uses NOTIFY.
+"""
+
+from __future__ import annotations
+
+from typing import Final, LiteralString
+
+from mcp_celery_tasks.db import NOTIFY_CHANNEL
+
+__all__ = ["NOTIFY_CHANNEL", "TASK_COLUMNS"]
+
+TASK_COLUMNS: Final = (
+    "task_id, job_id, owner, tool_name, status, status_message, result, error, created_at, "
+    "last_updated_at, retention_ms, poll_interval_ms, expires_at, queue, inbox"
+)
+_TASK_COLUMNS_T: Final = ", ".join("t." + c.strip() for c in TASK_COLUMNS.split(","))
+
+_EXPIRES: Final = "now() + retention_ms * interval '1 millisecond'"
+ACTIVE_SQL: Final = "('working', 'input_required')"
+
+CREATE_TASK: Final[LiteralString] = f"""
+INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, preflight, status, status_message,
+    ttl_ms, retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
+    client_capabilities, client_info)
+VALUES (%(task_id)s, %(job_id)s, %(owner)s, %(tool_name)s, %(arguments)s, %(preflight)s, 'working',
+    %(status_message)s, %(ttl_ms)s, %(retention_ms)s, %(poll_interval_ms)s, %(queue)s,
+    %(max_attempts)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s)
+RETURNING {TASK_COLUMNS}, statement_timestamp() AS db_now
+"""
+
+GET_TASK: Final[LiteralString] = f"""
+SELECT {TASK_COLUMNS}, statement_timestamp() AS db_now
+FROM mcp_tasks WHERE task_id = %(task_id)s AND owner = %(owner)s
+"""
+
+GET_TASKS: Final[LiteralString] = f"""
+SELECT {TASK_COLUMNS}, statement_timestamp() AS db_now
+FROM mcp_tasks WHERE task_id = ANY(%(task_ids)s)
+"""
+
+OUTSTANDING_INPUTS: Final[LiteralString] = """
+SELECT key, method, params, params_hash, response, superseded
+FROM mcp_task_inputs
+WHERE task_id = %(task_id)s AND response IS NULL AND NOT superseded
+ORDER BY requested_at, key
+"""
+
+# tasks/cancel: the spec lets the status become cancelled at once; the worker's late result
+# is then dropped by its guarded update. Returns the previous status (for the wake-up).
+REQUEST_CANCEL: Final[LiteralString] = f"""
+WITH prev AS (
+    SELECT task_id, status FROM mcp_tasks
+    WHERE task_id = %(task_id)s AND owner = %(owner)s AND status IN {ACTIVE_SQL}
+    FOR UPDATE
+), upd AS (
+    UPDATE mcp_tasks t
+    SET status = 'cancelled', cancel_requested_at = now(), last_updated_at = now(),
+        expires_at = {_EXPIRES}, status_message = COALESCE(%(message)s, t.status_message)
+    FROM prev
+    WHERE t.task_id = prev.task_id AND t.status IN {ACTIVE_SQL}
+    RETURNING t.task_id, t.job_id, t.inbox, prev.status AS previous_status
+)
+SELECT upd.*, pg_notify('{NOTIFY_CHANNEL}', upd.task_id) FROM upd
+"""
+
+TASK_EXISTS: Final[LiteralString] = """
+SELECT 1 FROM mcp_tasks WHERE task_id = %(task_id)s AND owner = %(owner)s
+"""
+
+MARK_DISPATCHED: Final[LiteralString] = """
+UPDATE mcp_tasks SET dispatched_at = now()
+WHERE job_id = ANY(%(job_ids)s) AND dispatched_at IS NULL
+"""
+
+# ---- worker side -------------------------------------------------------------------------
+
+CLAIM: Final[LiteralString] = f"""
+UPDATE mcp_tasks
+SET worker = %(worker)s, lease_until = now() + %(lease_s)s * interval '1 second',
+    attempts = attempts + 1, started_at = COALESCE(started_at, now())
+WHERE job_id = %(job_id)s AND status IN {ACTIVE_SQL} AND cancel_requested_at IS NULL
+  AND (lease_until IS NULL OR lease_until < now() OR worker = %(worker)s)
+  AND attempts < max_attempts
+RETURNING task_id, job_id, tool_name, arguments, preflight, client_capabilities, attempts, max_attempts
+"""
+
+JOB_STATE: Final[LiteralString] = """
+SELECT task_id, status, attempts, max_attempts, worker,
+       GREATEST(0, EXTRACT(EPOCH FROM (lease_until - now())))::float AS lease_left_s
+FROM mcp_tasks WHERE job_id = %(job_id)s
+"""
+
+# The claim refused because every attempt was used: fail the task with a clear error.
+FAIL_EXHAUSTED: Final[LiteralString] = f"""
+WITH upd AS (
+    UPDATE mcp_tasks
+    SET status = 'failed', error = %(error)s, status_message = %(message)s,
+        last_updated_at = now(), finished_at = now(), expires_at = {_EXPIRES}, lease_until = NULL
+    WHERE job_id = %(job_id)s AND status IN {ACTIVE_SQL} AND attempts >= max_attempts
+      AND (lease_until IS NULL OR lease_until < now())
+    RETURNING task_id
+)
+SELECT task_id, pg_notify('{NOTIFY_CHANNEL}', task_id) FROM upd
+"""
+
+RENEW_LEASE: Final[LiteralString] = f"""
+UPDATE mcp_tasks SET lease_until = now() + %(lease_s)s * interval '1 second'
+WHERE task_id = %(task_id)s AND worker = %(worker)s AND status IN {ACTIVE_SQL}
+RETURNING status
+"""
+
+CHECKPOINT: Final[LiteralString] = """
+SELECT status, worker FROM mcp_tasks WHERE task_id = %(task_id)s
+"""
+
+REPORT: Final[LiteralString] = f"""
+UPDATE mcp_tasks SET status_message = %(message)s, last_updated_at = now()
+WHERE task_id = %(task_id)s AND worker = %(worker)s AND status IN {ACTIVE_SQL}
+RETURNING status
+"""
+
+FINISH: Final[LiteralString] = f"""
+WITH upd AS (
+    UPDATE mcp_tasks
+    SET status = %(status)s, result = %(result)s, error = %(error)s,
+        status_message = COALESCE(%(message)s, status_message),
+        last_updated_at = now(), finished_at = now(), expires_at = {_EXPIRES}, lease_until = NULL
+    WHERE task_id = %(task_id)s AND worker = %(worker)s AND status IN {ACTIVE_SQL}
+    RETURNING task_id
+)
+SELECT task_id, pg_notify('{NOTIFY_CHANNEL}', task_id) FROM upd
+"""
+
+# The task was cancelled under a running job: record that the worker really stopped.
+MARK_STOPPED: Final[LiteralString] = """
+UPDATE mcp_tasks SET finished_at = now(), lease_until = NULL
+WHERE task_id = %(task_id)s AND worker = %(worker)s AND finished_at IS NULL
+  AND status IN ('completed', 'failed', 'cancelled')
+"""
+
+RELEASE: Final[LiteralString] = f"""
+UPDATE mcp_tasks SET lease_until = NULL
+WHERE task_id = %(task_id)s AND worker = %(worker)s AND status IN {ACTIVE_SQL}
+"""
+
+# ---- maintenance -------------------------------------------------------------------------
+
+GC_LOCK_KEY: Final = 0x6D6370_7463  # "mcptc"
+
+TRY_GC_LOCK: Final[LiteralString] = "SELECT pg_try_advisory_xact_lock(%(key)s)"
+
+DELETE_EXPIRED: Final[LiteralString] = """
+DELETE FROM mcp_tasks WHERE task_id IN (
+    SELECT task_id FROM mcp_tasks
+    WHERE expires_at < now() AND (lease_until IS NULL OR lease_until < now())
+    ORDER BY expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+UNDISPATCHED: Final[LiteralString] = f"""
+SELECT job_id, queue FROM mcp_tasks
+WHERE dispatched_at IS NULL AND status IN {ACTIVE_SQL}
+  AND created_at < now() - %(older_than_s)s * interval '1 second'
+ORDER BY created_at
+LIMIT %(limit)s
+"""
+
+LOST_LEASES: Final[LiteralString] = f"""
+SELECT job_id, queue FROM mcp_tasks
+WHERE status IN {ACTIVE_SQL} AND lease_until < now() - %(grace_s)s * interval '1 second'
+ORDER BY lease_until
+LIMIT %(limit)s
+"""

@@ -1,0 +1,97 @@
+"""Frozen records the store hands out: never ORM rows, never open cursors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from mcp_celery_tasks.lifecycle import ACTIVE, Status
+
+__all__ = ["ClaimedTask", "InputRecord", "NewTask", "TaskRecord"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewTask:
+    """Everything the API knows when it creates a task."""
+
+    task_id: str
+    job_id: str
+    owner: str
+    tool_name: str
+    arguments: dict[str, Any]
+    queue: str
+    ttl_ms: int | None
+    retention_ms: int
+    poll_interval_ms: int
+    max_attempts: int
+    protocol_version: str
+    client_capabilities: dict[str, Any]
+    client_info: dict[str, Any] | None
+    preflight: dict[str, Any] | None = None
+    status_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A task as clients and the API see it (arguments are not loaded)."""
+
+    task_id: str
+    job_id: str
+    owner: str
+    tool_name: str
+    status: Status
+    status_message: str | None
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    created_at: datetime
+    last_updated_at: datetime
+    retention_ms: int
+    poll_interval_ms: int
+    expires_at: datetime | None
+    queue: str
+    inbox: str | None
+    db_now: datetime
+    """The database clock when the row was read: TTLs are computed against it."""
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+    def reported_ttl_ms(self) -> int:
+        """``ttlMs`` per DESIGN §3: a running task never expires; a finished one at ``expires_at``.
+
+        While active: elapsed + retention (so ``createdAt + ttlMs`` is always at least
+        ``retention`` in the future). Once terminal: ``expires_at - createdAt``, fixed.
+        """
+        if self.expires_at is not None:
+            end = self.expires_at
+            return max(1, int((end - self.created_at).total_seconds() * 1000))
+        elapsed = max(0, int((self.db_now - self.created_at).total_seconds() * 1000))
+        return elapsed + self.retention_ms
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedTask:
+    """What a worker gets when it claims a job."""
+
+    task_id: str
+    job_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    preflight: dict[str, Any] | None
+    client_capabilities: dict[str, Any]
+    attempts: int
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class InputRecord:
+    """One input request of a task (an ``inputRequests`` entry)."""
+
+    key: str
+    method: str
+    params: dict[str, Any] | None
+    params_hash: str
+    response: dict[str, Any] | None
+    superseded: bool

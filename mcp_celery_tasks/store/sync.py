@@ -1,0 +1,159 @@
+"""The workers' (and maintenance jobs') door to Postgres: one autocommit connection per process.
+
+A prefork child holds exactly one connection (the connection budget is one per child). Every
+write is a single guarded statement, so the lease thread and the job thread can share it:
+psycopg serializes statements on a connection.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import _rows, queries
+from mcp_celery_tasks.store.records import ClaimedTask
+
+__all__ = ["WorkerStore"]
+
+
+class WorkerStore:
+    """Synchronous store operations for workers, beat jobs and the publisher thread."""
+
+    def __init__(self, settings: Settings, application_name: str = "mcp-celery-tasks-worker") -> None:
+        self._settings = settings
+        self._application_name = application_name
+        self._conn: psycopg.Connection[dict[str, Any]] | None = None
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def forget_after_fork(self) -> None:
+        """Drop (without closing) a connection inherited from the parent process."""
+        self._conn = None
+        self._lock = threading.RLock()
+
+    def _connect(self) -> psycopg.Connection[dict[str, Any]]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self._settings.database_url,
+                autocommit=True,
+                row_factory=dict_row,
+                connect_timeout=max(1, int(self._settings.db_connect_timeout_seconds)),
+                options=f"-c statement_timeout={self._settings.db_statement_timeout_ms}",
+                application_name=self._application_name,
+            )
+        return self._conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+        with self._lock:
+            try:
+                yield self._connect()
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if self._conn is not None and (self._conn.closed or self._conn.broken):
+                    self._conn = None
+                raise InfrastructureError("the task database is unavailable") from exc
+
+    def _fetch(self, sql: LiteralString, params: dict[str, Any]) -> list[dict[str, Any]]:
+        with self._connection() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def _execute(self, sql: LiteralString, params: dict[str, Any]) -> int:
+        with self._connection() as conn:
+            return conn.execute(sql, params).rowcount
+
+    # ---- claim and lease -------------------------------------------------------------------
+
+    def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None:
+        rows = self._fetch(queries.CLAIM, {"job_id": job_id, "worker": worker, "lease_s": lease_s})
+        return _rows.claimed(rows[0]) if rows else None
+
+    def job_state(self, job_id: str) -> dict[str, Any] | None:
+        rows = self._fetch(queries.JOB_STATE, {"job_id": job_id})
+        return rows[0] if rows else None
+
+    def fail_exhausted(self, job_id: str, error: dict[str, Any], message: str) -> bool:
+        rows = self._fetch(
+            queries.FAIL_EXHAUSTED, {"job_id": job_id, "error": Jsonb(error), "message": message}
+        )
+        return bool(rows)
+
+    def renew_lease(self, task_id: str, worker: str, lease_s: float) -> bool:
+        params = {"task_id": task_id, "worker": worker, "lease_s": lease_s}
+        return bool(self._fetch(queries.RENEW_LEASE, params))
+
+    def release(self, task_id: str, worker: str) -> None:
+        self._execute(queries.RELEASE, {"task_id": task_id, "worker": worker})
+
+    # ---- while running ---------------------------------------------------------------------
+
+    def still_mine(self, task_id: str, worker: str) -> bool:
+        """Checkpoint: the task is active and this worker still holds it."""
+        rows = self._fetch(queries.CHECKPOINT, {"task_id": task_id})
+        if not rows:
+            return False
+        row = rows[0]
+        return row["status"] in ("working", "input_required") and row["worker"] == worker
+
+    def report(self, task_id: str, worker: str, message: str) -> bool:
+        params = {"task_id": task_id, "worker": worker, "message": message}
+        return bool(self._fetch(queries.REPORT, params))
+
+    # ---- outcome ---------------------------------------------------------------------------
+
+    def finish(
+        self,
+        task_id: str,
+        worker: str,
+        status: str,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        message: str | None = None,
+    ) -> bool:
+        """Record the outcome; False if the row is no longer ours (cancelled or lease lost)."""
+        params = {
+            "task_id": task_id,
+            "worker": worker,
+            "status": status,
+            "result": _rows.jsonb(result),
+            "error": _rows.jsonb(error),
+            "message": message,
+        }
+        return bool(self._fetch(queries.FINISH, params))
+
+    def mark_stopped(self, task_id: str, worker: str) -> None:
+        self._execute(queries.MARK_STOPPED, {"task_id": task_id, "worker": worker})
+
+    # ---- publisher and maintenance ---------------------------------------------------------
+
+    def mark_dispatched(self, job_ids: Sequence[str]) -> int:
+        return self._execute(queries.MARK_DISPATCHED, {"job_ids": list(job_ids)})
+
+    def delete_expired(self, limit: int) -> int | None:
+        """Delete up to ``limit`` expired rows; None if another collector holds the lock."""
+        with self._connection() as conn, conn.transaction():
+            got = conn.execute(queries.TRY_GC_LOCK, {"key": queries.GC_LOCK_KEY}).fetchone()
+            if not got or not next(iter(got.values())):
+                return None
+            return conn.execute(queries.DELETE_EXPIRED, {"limit": limit}).rowcount
+
+    def undispatched(self, older_than_s: float, limit: int) -> list[tuple[str, str]]:
+        rows = self._fetch(queries.UNDISPATCHED, {"older_than_s": older_than_s, "limit": limit})
+        return [(row["job_id"], row["queue"]) for row in rows]
+
+    def lost_leases(self, grace_s: float, limit: int) -> list[tuple[str, str]]:
+        rows = self._fetch(queries.LOST_LEASES, {"grace_s": grace_s, "limit": limit})
+        return [(row["job_id"], row["queue"]) for row in rows]

@@ -1,0 +1,148 @@
+"""MCP wire shapes for protocol 2026-07-28 and the tasks extension (SEP-2663).
+
+Core models come from ``mcp_types``; its task models are the old SEP-1686 shapes (nested
+``task``, ``ttl``, ``tasks/result``), so the SEP-2663 shapes are defined here with names that
+say so: ``TaskCreated`` is SEP-2663's ``CreateTaskResult``, ``DetailedTaskResult`` its
+``GetTaskResult``. Spec names travel through camelCase aliases.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+)
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from mcp_celery_tasks.errors import TASKS_EXTENSION
+from mcp_celery_tasks.lifecycle import Status
+
+__all__ = [
+    "CLIENT_CAPABILITIES_META_KEY",
+    "CLIENT_INFO_META_KEY",
+    "MODERN_VERSION",
+    "PROTOCOL_VERSION_META_KEY",
+    "SERVER_INFO_META_KEY",
+    "TASKS_EXTENSION",
+    "CallToolParams",
+    "DetailedTaskResult",
+    "EmptyAck",
+    "RequestMeta",
+    "TaskCreated",
+    "TaskIdParams",
+    "TaskUpdateParams",
+    "WireModel",
+    "declares_tasks",
+    "dump",
+    "iso",
+]
+
+MODERN_VERSION = "2026-07-28"
+
+
+class WireModel(BaseModel):
+    """Base for our wire models: snake_case in Python, camelCase on the wire."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class RequestMeta(BaseModel):
+    """The per-request ``_meta`` envelope every 2026-07-28 request carries."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    protocol_version: str = Field(alias=PROTOCOL_VERSION_META_KEY)
+    client_capabilities: dict[str, Any] = Field(alias=CLIENT_CAPABILITIES_META_KEY)
+    client_info: dict[str, Any] | None = Field(default=None, alias=CLIENT_INFO_META_KEY)
+
+
+class _Params(WireModel):
+    model_config = ConfigDict(extra="allow")
+    meta: RequestMeta | None = Field(default=None, alias="_meta")
+
+
+class CallToolParams(_Params):
+    name: str
+    arguments: dict[str, Any] | None = None
+    input_responses: dict[str, Any] | None = None
+    request_state: str | None = None
+    # ``task`` (SEP-1686's opt-in) is deliberately not a field: SEP-2663 says servers MUST
+    # ignore it, so it lands in the extras and nothing reads it.
+
+
+class TaskIdParams(_Params):
+    task_id: str = Field(min_length=1)
+
+
+class TaskUpdateParams(TaskIdParams):
+    input_responses: dict[str, Any]
+
+
+class _TaskFields(WireModel):
+    task_id: str
+    status: Status
+    status_message: str | None = None
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None
+    poll_interval_ms: int | None = None
+
+
+class TaskCreated(_TaskFields):
+    """SEP-2663 ``CreateTaskResult``: flat ``Result & Task`` with ``resultType: "task"``."""
+
+    result_type: Literal["task"] = "task"
+    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+
+
+class DetailedTaskResult(_TaskFields):
+    """SEP-2663 ``GetTaskResult``: the DetailedTask with ``resultType: "complete"``."""
+
+    result_type: Literal["complete"] = "complete"
+    input_requests: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+
+
+class EmptyAck(WireModel):
+    """The empty acknowledgement of tasks/update and tasks/cancel."""
+
+    result_type: Literal["complete"] = "complete"
+    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+
+
+_ALWAYS = frozenset({"ttlMs"})  # required on the wire even when null
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """Serialize by alias without nulls, keeping the keys the spec requires even when null."""
+    data = model.model_dump(by_alias=True, exclude_none=True, mode="json")
+    for name, field in type(model).model_fields.items():
+        alias = field.alias or name
+        if alias in _ALWAYS and alias not in data:
+            data[alias] = None
+    return data
+
+
+def iso(moment: datetime) -> str:
+    """ISO 8601 in UTC with millisecond precision and a ``Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def declares_tasks(capabilities: dict[str, Any] | None) -> bool:
+    """Whether a request's client capabilities declare the tasks extension.
+
+    The key's presence is the declaration (SPEC-CHECKLIST Q-15); the legacy ``tasks`` slot
+    does not count (SEP-2663: clients declaring only it are non-declaring).
+    """
+    if not capabilities:
+        return False
+    extensions = capabilities.get("extensions")
+    return isinstance(extensions, dict) and TASKS_EXTENSION in extensions

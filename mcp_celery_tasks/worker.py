@@ -1,0 +1,295 @@
+"""The body of ``run_tool(job_id)``: claim, run under a lease, record the outcome.
+
+Celery-free on purpose (``celery_app`` wraps it in a task): the runner gets a job id, returns
+what should happen to the message (done, or retry in N seconds), and touches Postgres only
+through ``WorkerStore``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery, signals
+from mcp_types import jsonrpc as codes
+
+from mcp_celery_tasks import context as ctxmod
+from mcp_celery_tasks import gc
+from mcp_celery_tasks.celery_app import COLLECT_GARBAGE, RUN_TOOL, SWEEP
+from mcp_celery_tasks.context import TaskContext
+from mcp_celery_tasks.errors import InfrastructureError, McpError, TaskCancelled, ToolError
+from mcp_celery_tasks.registry import ToolSpec, get_tool, load_tool_modules
+from mcp_celery_tasks.results import error_result, to_call_tool_result
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import ClaimedTask, WorkerStore
+
+__all__ = ["JobOutcome", "JobRunner", "install", "worker_identity"]
+
+logger = logging.getLogger(__name__)
+
+_IDENTITY: str | None = None
+_IDENTITY_PID: int | None = None
+
+
+def worker_identity() -> str:
+    """``host:pid:nonce`` for this process; a new nonce after a fork."""
+    global _IDENTITY, _IDENTITY_PID
+    if _IDENTITY is None or os.getpid() != _IDENTITY_PID:
+        _IDENTITY_PID = os.getpid()
+        _IDENTITY = f"{socket.gethostname()}:{_IDENTITY_PID}:{uuid.uuid4().hex[:8]}"
+    return _IDENTITY
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What to do with the Celery message: ``retry_in`` seconds, or done (None)."""
+
+    status: str
+    retry_in: float | None = None
+
+
+class _Runtime:
+    """The TaskContext's view of the worker: status writes and ownership checks."""
+
+    def __init__(self, store: WorkerStore, task_id: str, worker: str) -> None:
+        self._store = store
+        self._task_id = task_id
+        self._worker = worker
+        self.ctx: TaskContext | None = None
+
+    def write_status(self, message: str) -> None:
+        if not self._store.report(self._task_id, self._worker, message) and self.ctx is not None:
+            self.ctx.mark_lost()
+
+    def still_running(self) -> bool:
+        try:
+            return self._store.still_mine(self._task_id, self._worker)
+        except InfrastructureError:
+            return True  # an unreadable row is not a cancel; the lease decides
+
+
+class _LeaseKeeper(threading.Thread):
+    """Renews the lease while the tool runs (CPU-bound tools never touch ctx) and flushes
+    coalesced status messages."""
+
+    def __init__(self, store: WorkerStore, ctx: TaskContext, worker: str, lease_s: float) -> None:
+        super().__init__(name=f"mcp-lease-{ctx.job_id[:8]}", daemon=True)
+        self._store = store
+        self._ctx = ctx
+        self._worker = worker
+        self._lease_s = lease_s
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        renew_every = self._lease_s / 3
+        last_renew = time.monotonic()
+        while not self._halt.wait(0.25):
+            try:
+                self._ctx._flush_if_due()
+                if time.monotonic() - last_renew >= renew_every:
+                    last_renew = time.monotonic()
+                    if not self._store.renew_lease(self._ctx.task_id, self._worker, self._lease_s):
+                        self._ctx.mark_lost()
+            except InfrastructureError:
+                logger.warning("lease renewal failed for job %s", self._ctx.job_id, exc_info=True)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5)
+
+
+class JobRunner:
+    """Runs one job to an outcome written on its row."""
+
+    def __init__(self, store: WorkerStore, settings: Settings) -> None:
+        self._store = store
+        self._settings = settings
+
+    def run(self, job_id: str) -> JobOutcome:
+        me = worker_identity()
+        try:
+            claimed = self._store.claim(job_id, me, self._settings.lease_seconds)
+        except InfrastructureError:
+            logger.warning("could not claim job %s; retrying", job_id, exc_info=True)
+            return JobOutcome("infrastructure", retry_in=2.0)
+        if claimed is None:
+            return self._not_claimed(job_id)
+        spec = get_tool(claimed.tool_name)
+        if spec is None:
+            missing = f"Tool {claimed.tool_name!r} is not available on this worker"
+            self._finish_with_retries(
+                claimed, me, "failed", error={"code": codes.INTERNAL_ERROR, "message": missing}
+            )
+            return JobOutcome("failed")
+        return self._execute(spec, claimed, me)
+
+    def _not_claimed(self, job_id: str) -> JobOutcome:
+        state = self._store.job_state(job_id)
+        if state is None or state["status"] not in ("working", "input_required"):
+            return JobOutcome("skipped")  # deleted, finished or cancelled: nothing to run
+        if state["lease_left_s"] and state["lease_left_s"] > 0:
+            # Someone alive holds it (a duplicate delivery): come back when the lease would end.
+            return JobOutcome("deferred", retry_in=float(state["lease_left_s"]) + 1.0)
+        if state["attempts"] >= state["max_attempts"]:
+            attempts = state["attempts"]
+            message = f"The job was started {attempts} times without finishing; giving up"
+            self._store.fail_exhausted(job_id, {"code": codes.INTERNAL_ERROR, "message": message}, message)
+            return JobOutcome("failed")
+        return JobOutcome("skipped")
+
+    def _execute(self, spec: ToolSpec, claimed: ClaimedTask, me: str) -> JobOutcome:
+        runtime = _Runtime(self._store, claimed.task_id, me)
+        ctx = TaskContext(
+            task_id=claimed.task_id,
+            job_id=claimed.job_id,
+            tool_name=claimed.tool_name,
+            attempt=claimed.attempts,
+            preflight=claimed.preflight,
+            runtime=runtime,
+            report_interval_s=self._settings.report_min_interval_seconds,
+            cancel_check_interval_s=self._settings.cancel_check_interval_seconds,
+            max_status_chars=self._settings.max_status_message_chars,
+        )
+        runtime.ctx = ctx
+        keeper = _LeaseKeeper(self._store, ctx, me, self._settings.lease_seconds)
+        keeper.start()
+        started = time.monotonic()
+        status = "completed"
+        result: dict[str, Any] | None = None
+        error: dict[str, Any] | None = None
+        message: str | None = None
+        try:
+            with ctxmod.bind(ctx):
+                value = _call(spec, ctx, claimed.arguments)
+            result = self._bounded(to_call_tool_result(value))
+        except TaskCancelled:
+            status = "cancelled"
+        except ToolError as exc:
+            result = error_result(str(exc) or type(exc).__name__)
+        except McpError as exc:
+            status, error, message = "failed", exc.to_error(), exc.message
+        except InfrastructureError:
+            logger.warning(
+                "job %s hit an infrastructure error; it will be retried", claimed.job_id, exc_info=True
+            )
+            keeper.stop()
+            with contextlib.suppress(InfrastructureError):  # else the lease runs out by itself
+                self._store.release(claimed.task_id, me)
+            return JobOutcome("infrastructure", retry_in=min(60.0, 2.0**claimed.attempts))
+        except Exception:
+            logger.exception("tool %s raised in job %s", spec.name, claimed.job_id)
+            result = error_result(
+                f"The tool {spec.name!r} failed with an unexpected error. "
+                f"Ask the operator to look up job {claimed.job_id} in the worker log."
+            )
+        finally:
+            keeper.stop()
+        elapsed = time.monotonic() - started
+        with contextlib.suppress(InfrastructureError):
+            ctx.flush()
+        if status == "cancelled":
+            self._store_call(self._store.mark_stopped, claimed.task_id, me)
+            logger.info("job %s stopped after cancel (%.3fs)", claimed.job_id, elapsed)
+            return JobOutcome("cancelled")
+        if not self._finish_with_retries(claimed, me, status, result=result, error=error, message=message):
+            # The row moved on under us (cancelled, or our lease was lost): drop the result.
+            self._store_call(self._store.mark_stopped, claimed.task_id, me)
+            return JobOutcome("superseded")
+        logger.info("job %s %s in %.3fs", claimed.job_id, status, elapsed)
+        return JobOutcome(status)
+
+    def _bounded(self, result: dict[str, Any]) -> dict[str, Any]:
+        size = len(json.dumps(result, separators=(",", ":")))
+        if size > self._settings.max_result_bytes:
+            limit = self._settings.max_result_bytes
+            return error_result(f"The tool's result is {size} bytes, more than the server's limit of {limit}")
+        return result
+
+    def _finish_with_retries(self, claimed: ClaimedTask, me: str, status: str, **fields: Any) -> bool:
+        delay = 0.5
+        for attempt in range(4):
+            try:
+                return self._store.finish(claimed.task_id, me, status, **fields)
+            except InfrastructureError:
+                if attempt == 3:
+                    raise
+                logger.warning("could not record the outcome of job %s; retrying", claimed.job_id)
+                time.sleep(delay)
+                delay *= 2
+        return False
+
+    @staticmethod
+    def _store_call(fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except InfrastructureError:
+            logger.warning("store call %s failed", getattr(fn, "__name__", fn), exc_info=True)
+
+
+def _call(spec: ToolSpec, ctx: TaskContext, arguments: dict[str, Any]) -> Any:
+    kwargs = spec.call_kwargs(arguments)
+    if spec.context_param:
+        kwargs[spec.context_param] = ctx
+    value = spec.fn(**kwargs)
+    if inspect.isawaitable(value):
+        value = asyncio.run(_await(value))
+    return value
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+_stores: list[WorkerStore] = []
+
+
+@signals.worker_process_init.connect
+def _after_fork(**_: Any) -> None:
+    # Celery resets its own pools in the child; a psycopg connection inherited from the
+    # parent must be neither used nor closed by the child.
+    for store in _stores:
+        store.forget_after_fork()
+
+
+def install(app: Celery, settings: Settings, *, load_tools: bool = True) -> WorkerStore:
+    """Add the task bodies (``run_tool`` and the beat jobs) to ``app``; load the tools."""
+    store = WorkerStore(settings)
+    _stores.append(store)
+    runner = JobRunner(store, settings)
+
+    @app.task(name=RUN_TOOL, bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+    def run_tool(self: Any, job_id: str) -> None:
+        try:
+            outcome = runner.run(job_id)
+        except Exception:
+            # A bug or an outage outside tool code: never a tool result. Retry later; the
+            # claim's attempt cap turns a job that keeps failing into a failed task.
+            logger.exception("job %s could not be run; retrying", job_id)
+            raise self.retry(countdown=5.0, max_retries=None) from None
+        if outcome.retry_in is not None:
+            raise self.retry(countdown=outcome.retry_in, max_retries=None)
+
+    def publish_job(job_id: str, queue: str) -> None:
+        app.send_task(RUN_TOOL, args=[job_id], task_id=job_id, queue=queue)
+
+    @app.task(name=COLLECT_GARBAGE, ignore_result=True)
+    def collect_garbage() -> int:
+        return gc.collect_garbage(store)
+
+    @app.task(name=SWEEP, ignore_result=True)
+    def sweep() -> int:
+        return gc.sweep(store, publish_job)
+
+    if load_tools:
+        load_tool_modules(settings.tool_modules)
+    return store

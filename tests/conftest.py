@@ -1,0 +1,84 @@
+"""Fixtures on real services: Postgres databases cloned from a migrated template, and a live
+API + prefork worker stack per broker."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from mcp_celery_tasks import migrate
+from mcp_celery_tasks.settings import Settings
+from tests import support
+
+# The shell must not leak configuration into the tests.
+for _key in [k for k in os.environ if k.startswith("MCP_TASKS_") and not k.startswith("MCP_TASKS_TEST_")]:
+    del os.environ[_key]
+
+SUFFIX = uuid.uuid4().hex[:8]
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def template_db() -> Iterator[str]:
+    name = f"mcpt_{SUFFIX}_template"
+    dsn = support.create_database(name)
+    migrate.upgrade(Settings(database_url=dsn))
+    yield name
+    support.drop_database(name)
+
+
+@pytest.fixture
+def db_url(template_db: str) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    name = f"mcpt_{SUFFIX}_{next(_counter)}"
+    dsn = support.create_database(name, template=template_db)
+    yield dsn
+    support.drop_database(name)
+
+
+@pytest.fixture
+def settings(db_url: str) -> Settings:
+    return Settings(database_url=db_url, broker_url=support.REDIS_URL, tool_modules=["workers"])
+
+
+@pytest.fixture(scope="session")
+def e2e_db(template_db: str) -> Iterator[str]:
+    name = f"mcpt_{SUFFIX}_e2e"
+    dsn = support.create_database(name, template=template_db)
+    yield dsn
+    support.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def stack(e2e_db: str) -> Iterator[support.Stack]:
+    """API + prefork worker on Redis, shared by the e2e tests."""
+    with support.running_stack("redis", e2e_db, support.REDIS_URL, f"{SUFFIX}r") as live:
+        yield live
+
+
+@pytest.fixture(scope="session")
+def rabbit_stack(template_db: str) -> Iterator[support.Stack]:
+    """API + prefork worker on RabbitMQ (its own database)."""
+    name = f"mcpt_{SUFFIX}_rabbit"
+    dsn = support.create_database(name, template=template_db)
+    with support.running_stack("rabbitmq", dsn, support.AMQP_URL, f"{SUFFIX}a") as live:
+        yield live
+    support.drop_database(name)
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def any_stack(request: pytest.FixtureRequest) -> support.Stack:
+    """Each broker in turn."""
+    name = "stack" if request.param == "redis" else "rabbit_stack"
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def client(stack: support.Stack) -> Iterator[support.Client]:
+    c = stack.client()
+    yield c
+    c.close()

@@ -1,0 +1,87 @@
+"""A task's life over real HTTP, a real broker and a real prefork worker."""
+
+from __future__ import annotations
+
+from mcp_types import jsonrpc as codes
+
+from tests.support import Client, Stack
+
+
+def test_tasked_call_answers_a_flat_create_result_then_completes(client: Client) -> None:
+    created = client.call_tool("slow_compute", {"seconds": 0.2, "label": "x"}).result
+    assert created["resultType"] == "task"
+    assert created["status"] == "working"
+    assert {"result", "error", "inputRequests", "task", "ttl", "pollInterval"}.isdisjoint(created)
+    assert created["ttlMs"] > 0 and created["pollIntervalMs"] == 200
+    # Durable before the answer (S-12): the very next tasks/get resolves.
+    assert client.get(created["taskId"]).result["taskId"] == created["taskId"]
+    done = client.wait_status(created["taskId"])
+    assert done["status"] == "completed"
+    assert done["resultType"] == "complete"
+    assert done["result"]["content"][0]["text"] == "done after 0.2s (x)"
+    assert done["result"]["isError"] is False
+
+
+def test_synchronous_tool_returns_its_result_directly(client: Client) -> None:
+    reply = client.call_tool("greet", {"name": "Ada"})
+    assert reply.status == 200
+    assert reply.result["resultType"] == "complete"
+    assert reply.result["content"] == [{"type": "text", "text": "Hello, Ada!"}]
+    assert "taskId" not in reply.result
+
+
+def test_optional_tool_runs_synchronously_for_a_client_without_the_extension(client: Client) -> None:
+    reply = client.call_tool("slow_compute", {"seconds": 0}, extension=False)
+    assert reply.result["resultType"] == "complete"
+    assert reply.result["content"][0]["text"].startswith("done after")
+
+
+def test_required_tool_without_the_extension_is_minus_32021_with_http_400(client: Client) -> None:
+    reply = client.call_tool("failing_job", extension=False)
+    assert reply.status == 400
+    assert reply.error["code"] == codes.MISSING_REQUIRED_CLIENT_CAPABILITY
+    assert reply.error["data"] == {
+        "requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    }
+
+
+def test_tool_error_completes_with_is_error(client: Client) -> None:
+    task = client.wait_status(client.start("failing_job"))
+    assert task["status"] == "completed"
+    assert task["result"]["isError"] is True
+    assert "on purpose" in task["result"]["content"][0]["text"]
+
+
+def test_protocol_error_fails_with_the_json_rpc_error(client: Client) -> None:
+    task = client.wait_status(client.start("protocol_error_job"))
+    assert task["status"] == "failed"
+    assert task["error"] == {"code": -32603, "message": "protocol_error_job: internal failure on purpose"}
+    assert "result" not in task
+    assert task["statusMessage"]
+
+
+def test_cancel_stops_a_running_job_and_the_worker_records_that_it_stopped(
+    client: Client, stack: Stack
+) -> None:
+    task_id = client.start("spin", {"seconds": 30})
+    client.wait_status(task_id, ("working",))
+    # Wait until the worker really holds it, so the cancel lands mid-run.
+    from tests.support import wait_until
+
+    wait_until(lambda: stack.row(task_id)["started_at"] is not None, 15, what="the job to start")
+    ack = client.cancel(task_id).result
+    assert ack == {"resultType": "complete", "_meta": ack["_meta"]}
+    assert client.get(task_id).result["status"] == "cancelled"
+    row = wait_until(lambda: (r := stack.row(task_id))["finished_at"] and r, 10, what="the worker to stop")
+    assert row["status"] == "cancelled" and row["result"] is None
+    assert row["lease_until"] is None
+
+
+def test_status_message_shows_progress(client: Client) -> None:
+    task_id = client.start("slow_compute", {"seconds": 1.0, "label": "report"})
+    seen = client.wait_status(task_id, ("working",))
+    from tests.support import wait_until
+
+    seen = wait_until(lambda: client.get(task_id).result.get("statusMessage"), 5, what="a status message")
+    assert seen == "computing report"
+    client.wait_status(task_id)

@@ -1,0 +1,333 @@
+"""Test support: database cloning, the API + worker stack as subprocesses, an HTTP MCP client."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+LOG_DIR = ROOT / ".cache" / "test-logs"
+
+ADMIN_DSN = os.environ.get("MCP_TASKS_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("MCP_TASKS_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+AMQP_URL = os.environ.get("MCP_TASKS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+TASKS_EXT = "io.modelcontextprotocol/tasks"
+VERSION = "2026-07-28"
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+def dsn_for(database: str) -> str:
+    base, _, _ = ADMIN_DSN.rpartition("/")
+    return f"{base}/{database}"
+
+
+def admin_execute(sql: str) -> None:
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
+        conn.execute(sql)  # type: ignore[arg-type]
+
+
+def create_database(name: str, template: str | None = None) -> str:
+    admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin_execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+    return dsn_for(name)
+
+
+def drop_database(name: str) -> None:
+    with contextlib.suppress(psycopg.Error):
+        admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy, under a deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+# ---- the MCP client --------------------------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    status: int
+    body: dict[str, Any]
+    headers: httpx.Headers
+
+    @property
+    def result(self) -> dict[str, Any]:
+        assert "result" in self.body, f"expected a result, got {self.body} (HTTP {self.status})"
+        return self.body["result"]  # type: ignore[no-any-return]
+
+    @property
+    def error(self) -> dict[str, Any]:
+        assert "error" in self.body, f"expected an error, got {self.body} (HTTP {self.status})"
+        return self.body["error"]  # type: ignore[no-any-return]
+
+
+def parse_body(response: httpx.Response) -> dict[str, Any]:
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        for line in response.text.splitlines():
+            if line.startswith("data:"):
+                return httpx.Response(200, content=line[5:].strip()).json()  # type: ignore[no-any-return]
+        return {}
+    if not response.content:
+        return {}
+    return response.json()  # type: ignore[no-any-return]
+
+
+def meta(extension: bool = True, **capabilities: Any) -> dict[str, Any]:
+    caps: dict[str, Any] = dict(capabilities)
+    if extension:
+        caps.setdefault("extensions", {})[TASKS_EXT] = {}
+    return {
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientCapabilities": caps,
+        "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "0"},
+    }
+
+
+@dataclass
+class Client:
+    """A plain-HTTP 2026-07-28 client: every request is one POST with the per-request envelope."""
+
+    url: str
+    token: str | None = None
+    accept: str = "application/json, text/event-stream"
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=60))
+    _next_id: int = 0
+
+    def close(self) -> None:
+        self.http.close()
+
+    def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        extension: bool = True,
+        headers: dict[str, str] | None = None,
+        with_meta: bool = True,
+        name: str | None = None,
+        timeout: float = 60,
+    ) -> Reply:
+        self._next_id += 1
+        params = dict(params or {})
+        if with_meta:
+            params.setdefault("_meta", meta(extension))
+        sent = {
+            "Content-Type": "application/json",
+            "Accept": self.accept,
+            "MCP-Protocol-Version": VERSION,
+            "Mcp-Method": method,
+        }
+        if name is None:
+            name = params.get("name") if method == "tools/call" else params.get("taskId")
+        if name is not None:
+            sent["Mcp-Name"] = (
+                name if name.isascii() else "=?base64?" + base64.b64encode(name.encode()).decode() + "?="
+            )
+        if self.token:
+            sent["Authorization"] = f"Bearer {self.token}"
+        sent.update(headers or {})
+        body = {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}
+        response = self.http.post(self.url, json=body, headers=sent, timeout=timeout)
+        return Reply(response.status_code, parse_body(response), response.headers)
+
+    def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, *, extension: bool = True
+    ) -> Reply:
+        return self.request("tools/call", {"name": name, "arguments": arguments or {}}, extension=extension)
+
+    def start(self, name: str, arguments: dict[str, Any] | None = None) -> str:
+        result = self.call_tool(name, arguments).result
+        assert result["resultType"] == "task", result
+        return str(result["taskId"])
+
+    def get(self, task_id: str) -> Reply:
+        return self.request("tasks/get", {"taskId": task_id})
+
+    def cancel(self, task_id: str) -> Reply:
+        return self.request("tasks/cancel", {"taskId": task_id})
+
+    def update(self, task_id: str, responses: dict[str, Any]) -> Reply:
+        return self.request("tasks/update", {"taskId": task_id, "inputResponses": responses})
+
+    def wait_status(
+        self, task_id: str, statuses: tuple[str, ...] = TERMINAL, timeout: float = 30
+    ) -> dict[str, Any]:
+        def seen() -> dict[str, Any] | None:
+            task = self.get(task_id).result
+            return task if task["status"] in statuses else None
+
+        return wait_until(seen, timeout, interval=0.05, what=f"task status in {statuses}")  # type: ignore[no-any-return]
+
+
+# ---- the stack: API + worker subprocesses ------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+        if self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(10)
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL, timeout=10)
+
+
+def spawn(name: str, args: list[str], env: dict[str, str]) -> Proc:
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log = LOG_DIR / f"{name}.log"
+    handle = log.open("wb")
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return Proc(name, popen, log)
+
+
+def stack_env(database_url: str, broker_url: str, suffix: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+    env.update(
+        {
+            "MCP_TASKS_DATABASE_URL": database_url,
+            "MCP_TASKS_BROKER_URL": broker_url,
+            "MCP_TASKS_DEFAULT_QUEUE": f"mcpt.{suffix}.default",
+            "MCP_TASKS_MAINTENANCE_QUEUE": f"mcpt.{suffix}.maintenance",
+            "MCP_TASKS_TOOL_MODULES": '["workers"]',
+            "MCP_TASKS_SSE_KEEPALIVE_SECONDS": "0.5",
+            "MCP_TASKS_LEASE_SECONDS": "6",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def start_api(name: str, env: dict[str, str]) -> tuple[Proc, str]:
+    port = free_port()
+    proc = spawn(name, ["serve", "--port", str(port), "--log-level", "warning"], env)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        if proc.popen.poll() is not None:
+            raise AssertionError(f"{name} exited: {proc.log.read_text()[-3000:]}")
+        try:
+            return httpx.get(url + "/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, 30, 0.1, what=f"{name} to answer /healthz")
+    return proc, url + "/mcp"
+
+
+def start_worker(name: str, env: dict[str, str], concurrency: int = 2, pool: str = "prefork") -> Proc:
+    queues = f"{env['MCP_TASKS_DEFAULT_QUEUE']},{env['MCP_TASKS_MAINTENANCE_QUEUE']}"
+    return spawn(
+        name,
+        [
+            "worker",
+            "-P",
+            pool,
+            "-c",
+            str(concurrency),
+            "-Q",
+            queues,
+            "-n",
+            f"{name}@localhost",
+            "--log-level",
+            "info",
+        ],
+        env,
+    )
+
+
+@dataclass
+class Stack:
+    """A live deployment: one API process and one prefork worker on a real broker and Postgres."""
+
+    url: str
+    database_url: str
+    broker_url: str
+    env: dict[str, str]
+    api: Proc
+    worker: Proc
+
+    def client(self, **kwargs: Any) -> Client:
+        return Client(self.url, **kwargs)
+
+    def db(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.database_url, autocommit=True)
+
+    def row(self, task_id: str) -> dict[str, Any]:
+        with self.db() as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            found = cur.execute("SELECT * FROM mcp_tasks WHERE task_id = %s", (task_id,)).fetchone()
+        assert found is not None
+        return found
+
+
+@contextlib.contextmanager
+def running_stack(
+    name: str, database_url: str, broker_url: str, suffix: str, **extra: str
+) -> Iterator[Stack]:
+    env = stack_env(database_url, broker_url, suffix, **extra)
+    worker = start_worker(f"{name}-worker", env)
+    api: Proc | None = None
+    try:
+        api, url = start_api(f"{name}-api", env)
+        stack = Stack(url, database_url, broker_url, env, api, worker)
+        client = stack.client()
+        # The worker is ready once a synchronous call goes through it.
+        wait_until(
+            lambda: client.call_tool("greet", {"name": "ready"}, extension=False).status == 200,
+            60,
+            0.2,
+            what="the worker to run a job",
+        )
+        client.close()
+        yield stack
+    finally:
+        if api is not None:
+            api.stop()
+        worker.stop(signal.SIGQUIT, timeout=20)

@@ -1,0 +1,5 @@
+"""Tool modules. Importing this package registers every tool below it."""
+
+from workers import bench, conformance
+
+__all__ = ["bench", "conformance"]
