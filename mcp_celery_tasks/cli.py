@@ -9,6 +9,7 @@ import ipaddress
 import logging
 import os
 import socket
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -133,6 +134,21 @@ def migrate(
 ) -> None:
     """Apply database migrations (alembic upgrade)."""
     migrations.upgrade(_settings(database_url), revision)
+
+
+@app.command()
+def dev(
+    data_dir: Annotated[Path, typer.Option(help="Where the embedded services keep their data")] = Path(
+        ".mcp-tasks"
+    ),
+    port: Annotated[int | None, typer.Option(help="API port (default 8000)")] = None,
+    tools: ToolsOpt = None,
+) -> None:
+    """Run everything on this machine: Postgres and Redis (embedded unless MCP_TASKS_DATABASE_URL /
+    MCP_TASKS_BROKER_URL are set), migrations, the API, a worker, the maintenance worker and beat."""
+    from mcp_celery_tasks.devstack import run_dev
+
+    raise typer.Exit(run_dev(data_dir, port=port, tools=tools))
 
 
 def main() -> None:

@@ -3,6 +3,7 @@ API + prefork worker stack per broker."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import uuid
@@ -20,6 +21,29 @@ for _key in [k for k in os.environ if k.startswith("MCP_TASKS_") and not k.start
 
 SUFFIX = uuid.uuid4().hex[:8]
 _counter = itertools.count()
+IN_CI = os.environ.get("CI") == "true"
+_embedded: contextlib.ExitStack | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Use the machine's services; on a bare machine start embedded Postgres and Redis."""
+    global _embedded
+    forced = os.environ.get("MCP_TASKS_TEST_EMBEDDED") == "1"
+    if not forced and ("MCP_TASKS_TEST_DATABASE_URL" in os.environ or support.postgres_reachable()):
+        return
+    if IN_CI:
+        raise pytest.UsageError(f"CI needs PostgreSQL at {support.ADMIN_DSN}")
+    from mcp_celery_tasks.embedded import embedded_services
+
+    _embedded = contextlib.ExitStack()
+    services = _embedded.enter_context(embedded_services(support.ROOT / ".cache" / "test-services"))
+    support.ADMIN_DSN = services.database_url.replace("/mcp_tasks?", "/postgres?")
+    support.REDIS_URL = services.broker_url
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _embedded is not None:
+        _embedded.close()
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +87,10 @@ def stack(e2e_db: str) -> Iterator[support.Stack]:
 @pytest.fixture(scope="session")
 def rabbit_stack(template_db: str) -> Iterator[support.Stack]:
     """API + prefork worker on RabbitMQ (its own database)."""
+    if os.environ.get("MCP_TASKS_TEST_EMBEDDED") == "1" or not support.rabbitmq_reachable():
+        if IN_CI:
+            pytest.fail("CI needs RabbitMQ on 127.0.0.1:5672")
+        pytest.skip("no RabbitMQ on this machine")
     name = f"mcpt_{SUFFIX}_rabbit"
     dsn = support.create_database(name, template=template_db)
     with support.running_stack("rabbitmq", dsn, support.AMQP_URL, f"{SUFFIX}a") as live:

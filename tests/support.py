@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
@@ -31,8 +32,29 @@ TERMINAL = ("completed", "failed", "cancelled")
 
 
 def dsn_for(database: str) -> str:
-    base, _, _ = ADMIN_DSN.rpartition("/")
-    return f"{base}/{database}"
+    """``ADMIN_DSN`` with another database name (keeps a ``?host=/socket/dir`` query)."""
+    parts = urlsplit(ADMIN_DSN)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+def reachable(check: Callable[[], object]) -> bool:
+    try:
+        check()
+    except Exception:
+        return False
+    return True
+
+
+def postgres_reachable() -> bool:
+    return reachable(lambda: psycopg.connect(ADMIN_DSN, connect_timeout=2).close())
+
+
+def rabbitmq_reachable() -> bool:
+    def probe() -> None:
+        with socket.create_connection(("127.0.0.1", 5672), timeout=2):
+            pass
+
+    return urlsplit(AMQP_URL).hostname in ("127.0.0.1", "localhost") and reachable(probe)
 
 
 def admin_execute(sql: str) -> None:

@@ -1,5 +1,5 @@
 """Tool modules. Importing this package registers every tool below it."""
 
-from workers import bench, conformance
+from workers import bench, conformance, example
 
-__all__ = ["bench", "conformance"]
+__all__ = ["bench", "conformance", "example"]

@@ -56,7 +56,9 @@ def expected() -> dict[str, set[str]]:
 def run_scenario(url: str, scenario: str, out: Path) -> dict[str, str]:
     """Run one scenario; return each check id's status (the worst of its entries)."""
     if not (NODE.exists() and SUITE.exists()):
-        pytest.fail("the conformance suite is not installed: run scripts/install-conformance")
+        if os.environ.get("CI") == "true":
+            pytest.fail("the conformance suite is not installed: run scripts/install-conformance")
+        pytest.skip("the conformance suite is not installed (scripts/install-conformance needs npm)")
     completed = subprocess.run(
         [str(NODE), str(SUITE), "server", "--url", url, "--scenario", scenario, "-o", str(out)],
         capture_output=True,
@@ -79,8 +81,12 @@ def run_scenario(url: str, scenario: str, out: Path) -> dict[str, str]:
 def test_scenario_keeps_every_expected_check_passing(stack: Stack, scenario: str, tmp_path: Path) -> None:
     statuses = run_scenario(stack.url, scenario, tmp_path)
     must_pass = expected().get(scenario, set())
-    regressed = {check: statuses.get(check, "MISSING") for check in must_pass if statuses.get(check) != "SUCCESS"}
+    regressed = {
+        check: statuses.get(check, "MISSING") for check in must_pass if statuses.get(check) != "SUCCESS"
+    }
     assert not regressed, f"{scenario}: checks that used to pass now fail: {regressed}"
-    newly = sorted(check for check, status in statuses.items() if status == "SUCCESS" and check not in must_pass)
+    newly = sorted(
+        check for check, status in statuses.items() if status == "SUCCESS" and check not in must_pass
+    )
     if newly:
         print(f"{scenario}: newly passing, add to expected-passing.txt: {newly}")

