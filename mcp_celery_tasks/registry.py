@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from mcp_celery_tasks.context import TaskContext
 from mcp_celery_tasks.errors import InvalidParams
@@ -54,12 +54,13 @@ class ToolSpec:
                 for err in exc.errors(include_url=False)
             )
             raise InvalidParams(f"Invalid arguments for tool {self.name!r}: {problems}") from exc
-        return model.model_dump(mode="json")
+        return model.model_dump(mode="json", by_alias=True)
 
     def call_kwargs(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Python values for the stored arguments (re-validated in the worker)."""
         model = self.arguments_model.model_validate(arguments)
-        return {name: getattr(model, name) for name in type(model).model_fields}
+        fields = type(model).model_fields
+        return {str(field.alias): getattr(model, attr) for attr, field in fields.items()}
 
 
 _REGISTRY: dict[str, ToolSpec] = {}
@@ -69,7 +70,7 @@ def _build(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], str | No
     hints = typing.get_type_hints(fn)
     fields: dict[str, Any] = {}
     context_param = None
-    for param in inspect.signature(fn).parameters.values():
+    for index, param in enumerate(inspect.signature(fn).parameters.values()):
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"tool {name!r}: *args and **kwargs are not supported")
         annotation = hints.get(param.name, Any)
@@ -77,10 +78,13 @@ def _build(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], str | No
             context_param = param.name
             continue
         default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[param.name] = (annotation, default)
+        # Internal field names are neutral so that any parameter name works (``_token``,
+        # ``schema``, ``model_config`` would otherwise clash with pydantic); the alias is
+        # the name clients see.
+        fields[f"p{index}"] = (annotation, Field(default, alias=param.name))
     model = create_model(
         f"{name}_arguments",
-        __config__=ConfigDict(extra="ignore"),
+        __config__=ConfigDict(extra="ignore", populate_by_name=False, serialize_by_alias=True),
         **fields,
     )
     return model, context_param
@@ -127,7 +131,7 @@ def tool(
         if tool_name in _REGISTRY and _REGISTRY[tool_name].fn is not func:
             raise ValueError(f"a tool named {tool_name!r} is already registered")
         model, context_param = _build(func, tool_name)
-        schema = model.model_json_schema()
+        schema = model.model_json_schema(by_alias=True)
         schema.pop("title", None)
         for prop in schema.get("properties", {}).values():
             if isinstance(prop, dict):

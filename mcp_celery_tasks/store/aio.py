@@ -9,14 +9,24 @@ from typing import Any, LiteralString
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, queries
 from mcp_celery_tasks.store.records import InputRecord, NewTask, TaskRecord
 
-__all__ = ["ApiStore", "CancelOutcome"]
+__all__ = ["AnswerOutcome", "ApiStore", "CancelOutcome"]
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerOutcome:
+    """What tasks/update recorded: how many answers, and where the waiting worker listens."""
+
+    answered: int
+    inbox: str | None
+    status: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,16 +73,10 @@ class ApiStore:
         try:
             async with self._pool.connection() as conn:
                 yield conn
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            raise InfrastructureError("the task database is unavailable") from exc
         except psycopg.errors.QueryCanceled as exc:
             raise InfrastructureError("the task database did not answer in time") from exc
-        except Exception as exc:
-            # psycopg_pool raises PoolTimeout (not an OperationalError) when no connection
-            # can be had within the pool timeout.
-            if type(exc).__module__.startswith("psycopg"):
-                raise InfrastructureError("the task database is unavailable") from exc
-            raise
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+            raise InfrastructureError("the task database is unavailable") from exc
 
     async def _fetch(self, sql: LiteralString, params: dict[str, Any]) -> list[dict[str, Any]]:
         async with self._conn() as conn:
@@ -96,6 +100,13 @@ class ApiStore:
     async def outstanding_inputs(self, task_id: str) -> list[InputRecord]:
         rows = await self._fetch(queries.OUTSTANDING_INPUTS, {"task_id": task_id})
         return [_rows.input_record(row) for row in rows]
+
+    async def record_answers(self, task_id: str, answers: dict[str, Any]) -> AnswerOutcome:
+        """Record answers to outstanding keys (others are ignored) in one statement."""
+        items = [{"key": key, "response": response} for key, response in answers.items()]
+        rows = await self._fetch(queries.RECORD_ANSWERS, {"task_id": task_id, "answers": Jsonb(items)})
+        row = rows[0]
+        return AnswerOutcome(answered=row["answered"], inbox=row["inbox"], status=row["status"])
 
     async def task_exists(self, task_id: str, owner: str) -> bool:
         return bool(await self._fetch(queries.TASK_EXISTS, {"task_id": task_id, "owner": owner}))

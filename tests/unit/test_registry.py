@@ -1,0 +1,210 @@
+"""``@tool``: input schemas from type hints, the context parameter, argument validation, modes.
+
+The registry is process-global: every tool here is named after its test.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any, get_args
+
+import pytest
+from mcp_types import jsonrpc as codes
+
+from mcp_celery_tasks import Mode, TaskContext, tool
+from mcp_celery_tasks.errors import InvalidParams
+from mcp_celery_tasks.registry import ToolSpec, all_tools, get_tool
+
+
+def spec(name: str) -> ToolSpec:
+    found = get_tool(name)
+    assert found is not None, f"{name} is not registered"
+    return found
+
+
+def test_input_schema_comes_from_type_hints_with_defaults_and_required() -> None:
+    @tool(name="test_input_schema__train")
+    def train(dataset: str, epochs: int = 3, rate: float = 0.1, tags: list[str] | None = None) -> str:
+        return dataset
+
+    schema = spec("test_input_schema__train").input_schema
+    assert schema["type"] == "object"
+    assert schema["required"] == ["dataset"]
+    assert schema["properties"]["dataset"] == {"type": "string"}
+    assert schema["properties"]["epochs"] == {"type": "integer", "default": 3}
+    assert schema["properties"]["rate"] == {"type": "number", "default": 0.1}
+    assert schema["properties"]["tags"]["default"] is None
+    assert "title" not in schema
+    assert all("title" not in prop for prop in schema["properties"].values())
+
+
+def test_tool_without_parameters_has_an_empty_object_schema() -> None:
+    @tool(name="test_no_parameters__ping")
+    def ping() -> str:
+        return "pong"
+
+    schema = spec("test_no_parameters__ping").input_schema
+    assert schema["type"] == "object"
+    assert schema.get("properties", {}) == {}
+    assert "required" not in schema
+
+
+def test_task_context_parameter_is_detected_and_left_out_of_the_schema() -> None:
+    @tool(name="test_task_context__search")
+    def search(query: str, context: TaskContext, limit: int = 10) -> str:
+        return query
+
+    found = spec("test_task_context__search")
+    assert found.context_param == "context"
+    assert set(found.input_schema["properties"]) == {"query", "limit"}
+    assert found.input_schema["required"] == ["query"]
+    assert found.call_kwargs({"query": "q"}) == {"query": "q", "limit": 10}
+
+
+def test_tool_without_a_context_parameter_has_none() -> None:
+    @tool(name="test_without_context__add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert spec("test_without_context__add").context_param is None
+
+
+def test_valid_arguments_come_back_json_ready_with_defaults() -> None:
+    @tool(name="test_valid_arguments__resize")
+    def resize(width: int, height: int = 100, label: str = "img") -> str:
+        return label
+
+    stored = spec("test_valid_arguments__resize").validate_arguments({"width": 640})
+    assert stored == {"width": 640, "height": 100, "label": "img"}
+
+
+def test_wrongly_typed_argument_is_invalid_params_naming_the_field() -> None:
+    @tool(name="test_wrong_type__count")
+    def count(items: int) -> int:
+        return items
+
+    with pytest.raises(InvalidParams) as raised:
+        spec("test_wrong_type__count").validate_arguments({"items": "many"})
+    assert raised.value.code == codes.INVALID_PARAMS
+    assert "items" in raised.value.message
+    assert raised.value.to_error()["code"] == codes.INVALID_PARAMS
+
+
+def test_missing_required_argument_is_invalid_params_naming_the_field() -> None:
+    @tool(name="test_missing_argument__greet")
+    def greet(name: str, greeting: str = "Hello") -> str:
+        return f"{greeting}, {name}!"
+
+    with pytest.raises(InvalidParams) as raised:
+        spec("test_missing_argument__greet").validate_arguments({"greeting": "Hi"})
+    assert raised.value.code == codes.INVALID_PARAMS
+    assert "name" in raised.value.message
+    assert "greeting" not in raised.value.message
+
+
+def test_a_second_function_under_a_taken_name_is_refused() -> None:
+    @tool(name="test_duplicate__job")
+    def first() -> str:
+        return "first"
+
+    def second() -> str:
+        return "second"
+
+    with pytest.raises(ValueError, match="test_duplicate__job"):
+        tool(name="test_duplicate__job")(second)
+    assert spec("test_duplicate__job").fn is first
+
+
+def test_registering_the_same_function_again_is_harmless() -> None:
+    def job() -> str:
+        return "ok"
+
+    tool(name="test_same_function__job")(job)
+    tool(name="test_same_function__job")(job)
+    assert [t.name for t in all_tools()].count("test_same_function__job") == 1
+
+
+def test_var_args_are_refused() -> None:
+    def splat(*items: int) -> int:
+        return len(items)
+
+    with pytest.raises(TypeError, match="args"):
+        tool(name="test_var_args__splat")(splat)
+    assert get_tool("test_var_args__splat") is None
+
+
+def _underscore_parameter(_token: str) -> str:
+    return _token
+
+
+def _reserved_parameter(model_config: str) -> str:
+    return model_config
+
+
+@pytest.mark.parametrize(
+    ("fn", "param"), [(_underscore_parameter, "_token"), (_reserved_parameter, "model_config")]
+)
+def test_a_parameter_is_never_silently_dropped_from_the_schema(fn: Callable[..., Any], param: str) -> None:
+    # Product bug: pydantic treats these names as private/config, so the schema and the stored
+    # arguments lose them and the worker later calls the tool without a required argument.
+    name = f"test_never_dropped__{param}"
+    try:
+        tool(name=name)(fn)
+    except (TypeError, ValueError):
+        return  # refusing such a name at registration is an acceptable answer too
+    found = spec(name)
+    assert param in found.input_schema.get("properties", {})
+    assert found.validate_arguments({param: "t"}) == {param: "t"}
+    assert found.call_kwargs({param: "t"}) == {param: "t"}
+
+
+def test_parameter_named_like_a_base_model_attribute_registers_without_a_warning() -> None:
+    # Product bug: ``schema`` / ``json`` / ``copy`` make pydantic warn that the field shadows
+    # a BaseModel attribute; a tool author should not see pydantic's internals.
+    def describe(schema: str, json: bool = False) -> str:
+        return schema
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tool(name="test_shadowing_parameter__describe")(describe)
+    found = spec("test_shadowing_parameter__describe")
+    assert found.call_kwargs({"schema": "public"}) == {"schema": "public", "json": False}
+
+
+def test_mode_defaults_to_optional() -> None:
+    @tool(name="test_mode_default__job")
+    def job() -> None:
+        return None
+
+    assert spec("test_mode_default__job").mode == "optional"
+
+
+@pytest.mark.parametrize("mode", get_args(Mode))
+def test_declared_mode_and_routing_are_recorded(mode: Mode) -> None:
+    name = f"test_declared_mode__{mode}"
+
+    def job() -> None:
+        return None
+
+    tool(name=name, mode=mode, queue="gpu", retention_seconds=5.0, poll_interval_ms=200, max_attempts=2)(job)
+    found = spec(name)
+    assert found.mode == mode
+    assert found.queue == "gpu"
+    assert found.retention_seconds == 5.0
+    assert found.poll_interval_ms == 200
+    assert found.max_attempts == 2
+
+
+def test_bare_decorator_uses_the_function_name_and_first_docstring_paragraph() -> None:
+    def test_bare_decorator__summarize(text: str) -> str:
+        """Summarize a text.
+
+        Longer explanation that is not part of the description.
+        """
+        return text
+
+    tool(test_bare_decorator__summarize)
+    found = spec("test_bare_decorator__summarize")
+    assert found.description == "Summarize a text."
+    assert found.fn is test_bare_decorator__summarize
