@@ -13,7 +13,19 @@ A tool module imports only what is listed here::
 """
 
 from mcp_celery_tasks.context import TaskContext, current_context
-from mcp_celery_tasks.errors import McpError, TaskCancelled, ToolError
+from mcp_celery_tasks.errors import InputNotSupported, InputTimedOut, McpError, TaskCancelled, ToolError
+from mcp_celery_tasks.inputs import Elicit
 from mcp_celery_tasks.registry import Mode, tool
 
-__all__ = ["McpError", "Mode", "TaskCancelled", "TaskContext", "ToolError", "current_context", "tool"]
+__all__ = [
+    "Elicit",
+    "InputNotSupported",
+    "InputTimedOut",
+    "McpError",
+    "Mode",
+    "TaskCancelled",
+    "TaskContext",
+    "ToolError",
+    "current_context",
+    "tool",
+]

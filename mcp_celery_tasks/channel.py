@@ -10,6 +10,7 @@ latency only, because the waiter re-reads its row.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -18,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kombu import Exchange, Queue
+from kombu import Consumer, Exchange, Queue
 
-__all__ = ["RUN_TOOL", "CircuitBreaker", "Publisher", "inbox_queue"]
+__all__ = ["RUN_TOOL", "CircuitBreaker", "Inbox", "Publisher", "inbox_queue"]
 
 logger = logging.getLogger(__name__)
 
@@ -178,3 +179,60 @@ class Publisher:
             # harmless (the claim lets one run through).
             logger.warning("could not mark %d jobs dispatched", len(published), exc_info=True)
         published.clear()
+
+
+class Inbox:
+    """One worker process's inbox queue: wake-ups for the tasks it waits on.
+
+    A wake-up is a hint: the waiter re-reads its row. Wake-ups for other tasks (left over from
+    an earlier wait) are acknowledged and ignored.
+    """
+
+    def __init__(self, app: Any, name: str) -> None:
+        self._app = app
+        self.name = name
+        self._conn: Any = None
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            self._conn = self._app.connection_for_write()
+            self._conn.ensure_connection(max_retries=3)
+        return self._conn
+
+    def declare(self) -> None:
+        inbox_queue(self.name)(self._connection().default_channel).declare()
+
+    def wait(self, task_id: str, timeout_s: float) -> bool:
+        """Block up to ``timeout_s`` for a wake-up naming ``task_id``; True if one came."""
+        woke = False
+
+        def on_message(body: Any, message: Any) -> None:
+            nonlocal woke
+            if isinstance(body, dict) and body.get("task_id") == task_id:
+                woke = True
+            message.ack()
+
+        deadline = time.monotonic() + timeout_s
+        try:
+            conn = self._connection()
+            with Consumer(conn, [inbox_queue(self.name)], callbacks=[on_message], accept=["json"]):
+                while not woke:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        conn.drain_events(timeout=min(left, 1.0))
+                    conn.heartbeat_check()
+        except OSError:
+            # The broker hiccupped: drop the connection; the caller re-reads its row anyway.
+            self.close()
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        return woke
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.release()
+            except Exception:
+                logger.debug("closing the inbox connection failed", exc_info=True)
+            self._conn = None

@@ -14,9 +14,15 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-from mcp_celery_tasks.errors import TaskCancelled
+from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult
 
-__all__ = ["TaskContext", "TaskRuntime", "current_context"]
+from mcp_celery_tasks import inputs
+from mcp_celery_tasks.errors import InputNotSupported, TaskCancelled
+
+__all__ = ["Ask", "TaskContext", "TaskRuntime", "current_context"]
+
+Ask = tuple[str, dict[str, Any] | None]
+"""One input request: ``(method, params)``, e.g. ``("roots/list", None)``."""
 
 
 class TaskRuntime(Protocol):
@@ -26,6 +32,15 @@ class TaskRuntime(Protocol):
 
     def still_running(self) -> bool:
         """True while the task is active and this worker holds it (a fresh row read)."""
+        ...
+
+    def ask(
+        self, requests: dict[str, tuple[str, dict[str, Any] | None, str]], timeout_s: float
+    ) -> dict[str, Any]:
+        """Make ``{key: (method, params, hash)}`` outstanding and block until all are answered.
+
+        Answers recorded by an earlier run of the same job are returned at once.
+        """
         ...
 
 
@@ -49,6 +64,9 @@ class TaskContext:
         attempt: int,
         preflight: dict[str, Any] | None,
         runtime: TaskRuntime,
+        client_capabilities: dict[str, Any] | None = None,
+        strict_capabilities: bool = True,
+        input_timeout_s: float = 1500.0,
         report_interval_s: float = 0.25,
         cancel_check_interval_s: float = 0.2,
         max_status_chars: int = 1024,
@@ -67,6 +85,11 @@ class TaskContext:
         self._last_write = 0.0
         self._last_check = 0.0
         self._cancelled = False
+        self._capabilities: dict[str, Any] = dict(client_capabilities or {})
+        self._strict = strict_capabilities
+        self._input_timeout_s = input_timeout_s
+        self._ordinal = 0
+        self._asked: dict[str, str] = {}
 
     # ---- progress ----------------------------------------------------------------------
 
@@ -126,6 +149,76 @@ class TaskContext:
             if left <= 0:
                 return
             time.sleep(min(left, self._check_interval))
+
+    # ---- input requests --------------------------------------------------------------------
+
+    def elicit(self, message: str, schema: dict[str, Any], *, key: str | None = None) -> ElicitResult:
+        """Ask the user to fill a form; blocks until answered (or cancelled, or timed out).
+
+        Returns the ``ElicitResult``: check ``action`` (accept / decline / cancel); ``content``
+        holds the validated answer on accept.
+        """
+        answer = self._ask_one(key, inputs.ELICIT, inputs.elicit_params(message, schema))
+        return ElicitResult.model_validate(answer)
+
+    def sample(
+        self,
+        messages: list[dict[str, Any]],
+        max_tokens: int,
+        *,
+        system_prompt: str | None = None,
+        key: str | None = None,
+        **params: Any,
+    ) -> CreateMessageResult | CreateMessageResultWithTools:
+        """Ask the client's LLM for a message (``sampling/createMessage``)."""
+        request: dict[str, Any] = {"messages": messages, "maxTokens": max_tokens, **params}
+        if system_prompt is not None:
+            request["systemPrompt"] = system_prompt
+        answer = self._ask_one(key, inputs.SAMPLE, request)
+        if isinstance(answer.get("content"), list):
+            return CreateMessageResultWithTools.model_validate(answer)
+        return CreateMessageResult.model_validate(answer)
+
+    def list_roots(self, *, key: str | None = None) -> ListRootsResult:
+        """Ask the client for its roots (``roots/list``)."""
+        return ListRootsResult.model_validate(self._ask_one(key, inputs.ROOTS, None))
+
+    def ask(self, key: str | None, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Any input request; returns the raw answer (already validated by the server)."""
+        return self._ask_one(key, method, params)
+
+    def ask_many(self, requests: dict[str, Ask]) -> dict[str, dict[str, Any]]:
+        """Several input requests outstanding at once; returns every answer by key."""
+        return self._ask(list(requests.items()))
+
+    def _ask_one(self, key: str | None, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        return next(iter(self._ask([(key, (method, params))]).values()))
+
+    def _ask(self, items: list[tuple[str | None, Ask]]) -> dict[str, dict[str, Any]]:
+        prepared: dict[str, tuple[str, dict[str, Any] | None, str]] = {}
+        order: list[str] = []
+        for explicit, (method, params) in items:
+            capability = inputs.CAPABILITY_FOR.get(method)
+            if capability is None:
+                raise ValueError(f"unknown input request method {method!r}")
+            if self._strict and capability not in self._capabilities:
+                raise InputNotSupported(
+                    f"The client did not declare the {capability!r} capability on this call, "
+                    f"so the tool cannot ask for {method}"
+                )
+            digest = inputs.params_hash(method, params)
+            self._ordinal += 1
+            key = explicit if explicit is not None else f"{self._ordinal}-{digest}"
+            previous = self._asked.get(key)
+            if previous is not None and previous != digest:
+                # S-26: a key never names two requests.
+                raise ValueError(f"input key {key!r} was already used for a different request")
+            self._asked[key] = digest
+            prepared[key] = (method, params, digest)
+            order.append(key)
+        self.raise_if_cancelled()
+        answers = self._runtime.ask(prepared, self._input_timeout_s)
+        return {key: answers[key] for key in order}
 
     def mark_lost(self) -> None:
         """The worker learned the task is no longer ours (cancelled or lease lost)."""

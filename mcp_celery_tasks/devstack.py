@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ import httpx
 
 from mcp_celery_tasks import migrate
 from mcp_celery_tasks.embedded import embedded_services
+from mcp_celery_tasks.sealing import generate_key
 from mcp_celery_tasks.settings import Settings
 
 __all__ = ["run_dev"]
@@ -101,6 +103,8 @@ def run_dev(data_dir: Path, *, port: int | None = None, tools: str | None = None
             env["MCP_TASKS_TOOL_MODULES"] = str([t.strip() for t in tools.split(",") if t.strip()]).replace(
                 "'", '"'
             )
+        if "MCP_TASKS_SECRET_KEYS" not in env:
+            env["MCP_TASKS_SECRET_KEYS"] = json.dumps([_dev_secret_key(data_dir)])
         settings = Settings(database_url=database_url, broker_url=broker_url)
         migrate.upgrade(settings)
         api_port = port or settings.port
@@ -133,6 +137,15 @@ def run_dev(data_dir: Path, *, port: int | None = None, tools: str | None = None
             return 0
         finally:
             _stop(children)
+
+
+def _dev_secret_key(data_dir: Path) -> str:
+    """A key for sealing MRTR request states, kept in the data folder across runs."""
+    path = data_dir / "secret-key"
+    if not path.exists():
+        path.write_text(generate_key())
+        path.chmod(0o600)
+    return path.read_text().strip()
 
 
 def _wait_ready(url: str, children: list[_Child], stopping: object) -> bool:

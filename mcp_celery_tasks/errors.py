@@ -13,7 +13,9 @@
     │   ├── UnsupportedVersion   -32022  (HTTP 400)
     │   └── InternalError        -32603
     ├── ToolError                raised by tool code: the task completes with isError: true
-    │   └── TaskCancelled        the task was cancelled; the worker stops quietly
+    │   ├── TaskCancelled        the task was cancelled; the worker stops quietly
+    │   ├── InputTimedOut        nobody answered an input request in time
+    │   └── InputNotSupported    the client did not declare the kind of input asked for
     ├── McpError                 raised by tool code: the task fails with this JSON-RPC error
     └── InfrastructureError      Postgres or the broker failed; never a tool result (retried)
 """
@@ -27,6 +29,8 @@ from mcp_types import jsonrpc as codes
 __all__ = [
     "HeaderMismatch",
     "InfrastructureError",
+    "InputNotSupported",
+    "InputTimedOut",
     "InternalError",
     "InvalidParams",
     "InvalidRequest",
@@ -95,8 +99,11 @@ class MissingCapability(ProtocolError):
     code = codes.MISSING_REQUIRED_CLIENT_CAPABILITY
     http_status = 400
 
-    def __init__(self, message: str = "Missing required client capability") -> None:
-        super().__init__(message, {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})
+    def __init__(
+        self, message: str = "Missing required client capability", required: dict[str, Any] | None = None
+    ) -> None:
+        needed = required if required is not None else {"extensions": {TASKS_EXTENSION: {}}}
+        super().__init__(message, {"requiredCapabilities": needed})
 
 
 class UnsupportedVersion(ProtocolError):
@@ -118,6 +125,14 @@ class ToolError(McpTasksError):
 
 class TaskCancelled(ToolError):
     """The task was cancelled; raised at the tool's next checkpoint."""
+
+
+class InputTimedOut(ToolError):
+    """Nobody answered an input request within the tool's input timeout."""
+
+
+class InputNotSupported(ToolError):
+    """The originating tools/call did not declare the capability this input request needs."""
 
 
 class McpError(McpTasksError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.store import ApiStore, TaskRecord
@@ -56,18 +56,22 @@ class TaskEvents:
                 if not waiters:
                     del self._watchers[task_id]
 
-    async def wait_terminal(self, task_id: str, owner: str, wait_s: float) -> TaskRecord | None:
-        """The row once it is terminal (or the last row read when ``wait_s`` runs out).
-
-        None if the task does not exist for ``owner``.
-        """
+    async def wait_for(
+        self,
+        task_id: str,
+        owner: str,
+        wait_s: float,
+        until: Callable[[TaskRecord], bool] = lambda record: not record.active,
+    ) -> TaskRecord | None:
+        """The row once ``until(row)`` holds (by default: terminal), or the last row read when
+        ``wait_s`` runs out. None if the task does not exist for ``owner``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         with self.watch(task_id) as changed:
             while True:
                 changed.clear()  # before the read: a change after it wakes us
                 record = await self._store.get_task(task_id, owner)
-                if record is None or not record.active:
+                if record is None or until(record):
                     return record
                 left = deadline - loop.time()
                 if left <= 0:

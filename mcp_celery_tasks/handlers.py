@@ -19,7 +19,9 @@ from mcp_celery_tasks.errors import (
     ProtocolError,
 )
 from mcp_celery_tasks.events import TaskEvents
+from mcp_celery_tasks.inputs import CAPABILITY_FOR, validate_response
 from mcp_celery_tasks.registry import ToolSpec, all_tools, get_tool
+from mcp_celery_tasks.sealing import Sealer, arguments_hash
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, NewTask, TaskRecord
 from mcp_celery_tasks.wire import (
@@ -57,6 +59,7 @@ class Services:
     events: TaskEvents
     publisher: Publisher
     server_version: str
+    sealer: Sealer
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,21 @@ async def call_tool(services: Services, ctx: RequestContext, params: dict[str, A
     if spec.mode == "required" and not tasked:
         # SEP-2663: a server that cannot answer without a task MUST say -32021 (HTTP 400).
         raise MissingCapability()
+    state = _open_state(services, ctx, spec, arguments, call)
+    if state is not None and state.get("k") == "task":
+        # The retry of a synchronous call whose job asked for input (MRTR): feed that task.
+        return await _resume_sync(services, ctx, spec, arguments, state["task"], call.input_responses or {})
+    preflight = None
+    if spec.ask_first:
+        collected = _preflight(ctx, spec, state, call.input_responses or {})
+        missing = {key: question for key, question in spec.ask_first.items() if key not in collected}
+        if missing:
+            # SEP-2663 S-13: MRTR rounds finish before the task exists (no taskId yet).
+            state_out = {"k": "pre", "ans": collected}
+            return _input_required(services, ctx, spec, arguments, state_out, {
+                key: {"method": q.method, "params": q.params} for key, q in missing.items()
+            })  # fmt: skip
+        preflight = collected
     as_task = tasked and spec.mode != "forbidden"
     settings = services.settings
     retention_ms = int(spec.retention_seconds * 1000) if spec.retention_seconds else settings.retention_ms
@@ -158,6 +176,7 @@ async def call_tool(services: Services, ctx: RequestContext, params: dict[str, A
             protocol_version=ctx.meta.protocol_version,
             client_capabilities=ctx.meta.client_capabilities,
             client_info=ctx.meta.client_info,
+            preflight=preflight,
         )
     )
     # The row is committed (autocommit): a tasks/get for this id resolves from here on
@@ -165,7 +184,46 @@ async def call_tool(services: Services, ctx: RequestContext, params: dict[str, A
     services.publisher.publish_job(record.job_id, record.queue)
     if as_task:
         return dump(_created(record))
-    return Deferred(lambda: _await_sync(services, ctx, record))
+    return Deferred(lambda: _await_sync(services, ctx, spec, arguments, record.task_id))
+
+
+def _open_state(
+    services: Services, ctx: RequestContext, spec: ToolSpec, arguments: dict[str, Any], call: CallToolParams
+) -> dict[str, Any] | None:
+    if call.request_state is None:
+        return None
+    return services.sealer.open(call.request_state, p=ctx.principal, t=spec.name, a=arguments_hash(arguments))
+
+
+def _preflight(
+    ctx: RequestContext, spec: ToolSpec, state: dict[str, Any] | None, responses: dict[str, Any]
+) -> dict[str, Any]:
+    collected: dict[str, Any] = dict((state or {}).get("ans") or {})
+    capabilities = ctx.meta.client_capabilities if ctx.meta else {}
+    for key, question in spec.ask_first.items():
+        if key in collected:
+            continue
+        if key in responses:
+            collected[key] = validate_response(key, question.method, question.params, responses[key])
+        elif CAPABILITY_FOR[question.method] not in capabilities:
+            needed = CAPABILITY_FOR[question.method]
+            raise MissingCapability(f"The tool asks first and needs the {needed!r} capability", {needed: {}})
+    return collected
+
+
+def _input_required(
+    services: Services,
+    ctx: RequestContext,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    state: dict[str, Any],
+    requests: dict[str, Any],
+) -> dict[str, Any]:
+    sealed = services.sealer.seal(
+        {**state, "p": ctx.principal, "t": spec.name, "a": arguments_hash(arguments)},
+        services.settings.request_state_ttl_seconds,
+    )
+    return {"resultType": "input_required", "inputRequests": requests, "requestState": sealed}
 
 
 def _created(record: TaskRecord) -> TaskCreated:
@@ -180,19 +238,50 @@ def _created(record: TaskRecord) -> TaskCreated:
     )
 
 
-async def _await_sync(services: Services, ctx: RequestContext, record: TaskRecord) -> dict[str, Any]:
+async def _resume_sync(
+    services: Services,
+    ctx: RequestContext,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    task_id: str,
+    responses: dict[str, Any],
+) -> Result:
+    record = await services.store.get_task(task_id, ctx.principal)
+    if record is None:
+        raise InvalidParams("The requestState refers to a task that no longer exists")
+    await _record(services, record, responses)
+    return Deferred(lambda: _await_sync(services, ctx, spec, arguments, task_id))
+
+
+async def _await_sync(
+    services: Services, ctx: RequestContext, spec: ToolSpec, arguments: dict[str, Any], task_id: str
+) -> dict[str, Any]:
     """Wait for a synchronous call's job; cancel the task if the caller goes away."""
     try:
-        final = await services.events.wait_terminal(
-            record.task_id, ctx.principal, services.settings.max_sync_wait_seconds
+        final = await services.events.wait_for(
+            task_id,
+            ctx.principal,
+            services.settings.max_sync_wait_seconds,
+            until=lambda r: not r.active or r.status == "input_required",
         )
     except asyncio.CancelledError:
-        await asyncio.shield(_cancel(services, record.task_id, ctx.principal, "the caller went away"))
+        await asyncio.shield(_cancel(services, task_id, ctx.principal, "the caller went away"))
         raise
     if final is None:
         raise InternalError("the task disappeared before it finished")
+    if final.status == "input_required":
+        inputs = await services.store.outstanding_inputs(task_id)
+        if inputs:
+            requests = {item.key: _input_entry(item.method, item.params) for item in inputs}
+            return _input_required(services, ctx, spec, arguments, {"k": "task", "task": task_id}, requests)
+        final = (
+            await services.events.wait_for(
+                task_id, ctx.principal, services.settings.max_sync_wait_seconds, until=lambda r: not r.active
+            )
+            or final
+        )
     if final.active:
-        await _cancel(services, record.task_id, ctx.principal, "max_sync_wait exceeded")
+        await _cancel(services, task_id, ctx.principal, "max_sync_wait exceeded")
         raise ProtocolError(
             f"The tool did not finish within {services.settings.max_sync_wait_seconds:.0f} s; "
             "call it as a task (declare the io.modelcontextprotocol/tasks extension) instead"
@@ -200,9 +289,12 @@ async def _await_sync(services: Services, ctx: RequestContext, record: TaskRecor
     if final.status == "completed" and final.result is not None:
         return final.result
     if final.status == "failed" and final.error is not None:
-        error = final.error
-        raise _StoredError(error)
+        raise _StoredError(final.error)
     raise ProtocolError("The tool call was cancelled")
+
+
+def _input_entry(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    return {"method": method, **({"params": params} if params is not None else {})}
 
 
 class _StoredError(ProtocolError):
@@ -251,21 +343,35 @@ async def detailed_task(services: Services, record: TaskRecord) -> DetailedTaskR
         detailed.error = record.error or {"code": codes.INTERNAL_ERROR, "message": "The task failed"}
     elif record.status == "input_required":
         inputs = await services.store.outstanding_inputs(record.task_id)
-        detailed.input_requests = {
-            item.key: {"method": item.method, **({"params": item.params} if item.params is not None else {})}
-            for item in inputs
-        }
+        detailed.input_requests = {item.key: _input_entry(item.method, item.params) for item in inputs}
     return detailed
 
 
 async def update_task(services: Services, ctx: RequestContext, params: dict[str, Any]) -> Result:
     _require_extension(ctx)
     request = TaskUpdateParams.model_validate(params)
-    if not await services.store.task_exists(request.task_id, ctx.principal):
+    record = await services.store.get_task(request.task_id, ctx.principal)
+    if record is None:
         raise InvalidParams(UNKNOWN_TASK)
-    # Keys that are not outstanding are ignored and the update still acknowledged (S-31).
-    # Recording answers to outstanding keys arrives with input requests.
+    await _record(services, record, request.input_responses)
     return dump(EmptyAck())
+
+
+async def _record(services: Services, record: TaskRecord, responses: dict[str, Any]) -> None:
+    """Record answers to outstanding keys; ignore the rest (S-31); one bad answer records none."""
+    if record.status != "input_required":
+        return
+    outstanding = {item.key: item for item in await services.store.outstanding_inputs(record.task_id)}
+    answers: dict[str, Any] = {}
+    for key, response in responses.items():
+        item = outstanding.get(key)
+        if item is None:
+            continue  # never issued, already answered or superseded: ignored, still acked
+        answers[key] = validate_response(key, item.method, item.params, response)
+    if answers:
+        outcome = await services.store.record_answers(record.task_id, answers)
+        if outcome.answered and outcome.inbox:
+            services.publisher.wake(outcome.inbox, record.task_id)
 
 
 async def cancel_task(services: Services, ctx: RequestContext, params: dict[str, Any]) -> Result:

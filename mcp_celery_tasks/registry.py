@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from mcp_celery_tasks.context import TaskContext
 from mcp_celery_tasks.errors import InvalidParams
+from mcp_celery_tasks.inputs import Elicit
 
 __all__ = ["Mode", "ToolSpec", "all_tools", "get_tool", "load_tool_modules", "tool"]
 
@@ -42,6 +43,8 @@ class ToolSpec:
     retention_seconds: float | None
     poll_interval_ms: int | None
     max_attempts: int | None
+    input_timeout: float | None = None
+    ask_first: dict[str, Elicit] = field(default_factory=dict)
     input_schema: dict[str, Any] = field(default_factory=dict)
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -104,6 +107,8 @@ def tool(
     retention_seconds: float | None = None,
     poll_interval_ms: int | None = None,
     max_attempts: int | None = None,
+    input_timeout: float | None = None,
+    ask_first: dict[str, Elicit] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -118,12 +123,17 @@ def tool(
     retention_seconds: float | None = None,
     poll_interval_ms: int | None = None,
     max_attempts: int | None = None,
+    input_timeout: float | None = None,
+    ask_first: dict[str, Elicit] | None = None,
 ) -> F | Callable[[F], F]:
     """Register a function as an MCP tool that runs as a Celery job.
 
     The input schema comes from the type hints; a parameter annotated ``TaskContext``
     receives the context. ``queue`` routes the job (e.g. ``"gpu"``); ``retention_seconds``
-    is how long a finished task stays readable; unset values come from Settings.
+    is how long a finished task stays readable; ``input_timeout`` how long the tool waits for an
+    answer to an input request; ``ask_first`` questions are asked before the task exists (no
+    worker slot is held while a human thinks) and their answers land in ``ctx.preflight``;
+    unset values come from Settings.
     """
 
     def register(func: F) -> F:
@@ -148,6 +158,8 @@ def tool(
             retention_seconds=retention_seconds,
             poll_interval_ms=poll_interval_ms,
             max_attempts=max_attempts,
+            input_timeout=input_timeout,
+            ask_first=dict(ask_first or {}),
             input_schema=schema,
         )
         return func

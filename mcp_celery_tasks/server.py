@@ -30,6 +30,7 @@ from mcp_celery_tasks.errors import InvalidRequest, ParseError, ProtocolError
 from mcp_celery_tasks.events import TaskEvents
 from mcp_celery_tasks.handlers import Services
 from mcp_celery_tasks.registry import load_tool_modules
+from mcp_celery_tasks.sealing import Sealer
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, WorkerStore
 
@@ -104,7 +105,10 @@ def create_server(settings: Settings) -> FastAPI:
             breaker=CircuitBreaker(settings.breaker_failures, settings.breaker_reset_seconds),
         )
         publisher.start()
-        holder["services"] = Services(settings, store, events, publisher, SERVER_VERSION)
+        sealer = Sealer(settings.secret_keys)
+        if not settings.secret_keys:
+            logger.warning("MCP_TASKS_SECRET_KEYS is not set: MRTR request states only open in this process")
+        holder["services"] = Services(settings, store, events, publisher, SERVER_VERSION, sealer)
         try:
             yield
         finally:

@@ -75,6 +75,23 @@ class Settings(BaseSettings):
     """A tool's ``ctx.report`` writes at most this often; the last message always lands."""
     cancel_check_interval_seconds: float = 0.2
 
+    input_timeout_seconds: float = 1500.0
+    """How long a tool waits for an answer to an input request (per-tool ``input_timeout``
+    overrides). Must stay below the broker's redelivery limit (see below)."""
+    strict_input_capabilities: bool = True
+    """Refuse input requests of a kind the originating tools/call did not declare (the MRTR
+    rule). Off: the tasks extension alone counts as consent, as in the C# SDK."""
+    rabbitmq_consumer_timeout_seconds: float = 1800.0
+    """RabbitMQ's ``consumer_timeout`` (30 min unless raised in rabbitmq.conf)."""
+
+    sync_input_timeout_seconds: float = 120.0
+    """A synchronous call whose tool asks for input waits this long for the client's retry
+    (MRTR) before the question times out, so no worker stays blocked for a client that left."""
+    secret_keys: list[str] = Field(default_factory=list)
+    """Keys (URL-safe base64, 32 bytes) that seal MRTR ``requestState``, newest first. Every API
+    replica needs the same list; without one each process makes its own."""
+    request_state_ttl_seconds: float = 600.0
+
     redis_visibility_timeout_seconds: int = 43_200
     worker_soft_shutdown_seconds: float = 20.0
 

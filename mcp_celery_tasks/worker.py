@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +27,17 @@ from mcp_types import jsonrpc as codes
 from mcp_celery_tasks import context as ctxmod
 from mcp_celery_tasks import gc
 from mcp_celery_tasks.celery_app import COLLECT_GARBAGE, RUN_TOOL, SWEEP
+from mcp_celery_tasks.channel import Inbox
 from mcp_celery_tasks.context import TaskContext
-from mcp_celery_tasks.errors import InfrastructureError, McpError, TaskCancelled, ToolError
-from mcp_celery_tasks.registry import ToolSpec, get_tool, load_tool_modules
+from mcp_celery_tasks.errors import (
+    TASKS_EXTENSION,
+    InfrastructureError,
+    InputTimedOut,
+    McpError,
+    TaskCancelled,
+    ToolError,
+)
+from mcp_celery_tasks.registry import ToolSpec, all_tools, get_tool, load_tool_modules
 from mcp_celery_tasks.results import error_result, to_call_tool_result
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ClaimedTask, WorkerStore
@@ -59,12 +68,13 @@ class JobOutcome:
 
 
 class _Runtime:
-    """The TaskContext's view of the worker: status writes and ownership checks."""
+    """The TaskContext's view of the worker: status writes, ownership checks, input waits."""
 
-    def __init__(self, store: WorkerStore, task_id: str, worker: str) -> None:
+    def __init__(self, store: WorkerStore, task_id: str, worker: str, inbox: Callable[[], Inbox]) -> None:
         self._store = store
         self._task_id = task_id
         self._worker = worker
+        self._inbox = inbox
         self.ctx: TaskContext | None = None
 
     def write_status(self, message: str) -> None:
@@ -76,6 +86,66 @@ class _Runtime:
             return self._store.still_mine(self._task_id, self._worker)
         except InfrastructureError:
             return True  # an unreadable row is not a cancel; the lease decides
+
+    def ask(
+        self, requests: dict[str, tuple[str, dict[str, Any] | None, str]], timeout_s: float
+    ) -> dict[str, Any]:
+        recorded = self._store.all_inputs(self._task_id)
+        stored_key: dict[str, str] = {}
+        to_open: list[dict[str, Any]] = []
+        supersede: list[str] = []
+        for key, (method, params, digest) in requests.items():
+            aliases = [key, *sorted(k for k in recorded if k.startswith(key + "~"))]
+            match = next(
+                (
+                    k
+                    for k in aliases
+                    if k in recorded and recorded[k].params_hash == digest and not recorded[k].superseded
+                ),
+                None,
+            )
+            if match is not None:
+                stored_key[key] = match  # asked before (a re-run): replay the answer or wait on
+                continue
+            new_key = key
+            if key in recorded:
+                # The key once named another request: never reuse it (S-26); ask anew.
+                supersede += [k for k in aliases if k in recorded and recorded[k].response is None]
+                suffix = 2
+                while f"{key}~{suffix}" in recorded:
+                    suffix += 1
+                new_key = f"{key}~{suffix}"
+            stored_key[key] = new_key
+            to_open.append({"key": new_key, "method": method, "params": params, "params_hash": digest})
+        answers = {
+            key: recorded[stored].response
+            for key, stored in stored_key.items()
+            if stored in recorded and recorded[stored].response is not None
+        }
+        pending = {key: stored for key, stored in stored_key.items() if key not in answers}
+        if not pending:
+            return answers
+        inbox = self._inbox()
+        inbox.declare()  # the queue exists before any client can see the request
+        if not self._store.open_inputs(self._task_id, self._worker, inbox.name, to_open, supersede):
+            raise TaskCancelled("the task was cancelled")
+        deadline = time.monotonic() + timeout_s
+        keys = list(pending.values())
+        while True:
+            mine, recorded_answers = self._store.input_state(self._task_id, self._worker, keys)
+            if not mine:
+                if self.ctx is not None:
+                    self.ctx.mark_lost()
+                raise TaskCancelled("the task was cancelled")
+            if all(stored in recorded_answers for stored in keys):
+                answers.update({key: recorded_answers[stored] for key, stored in pending.items()})
+                return answers
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._store.expire_inputs(self._task_id, self._worker, keys)
+                raise InputTimedOut(f"Nobody answered the input request within {timeout_s:.0f} s")
+            # Re-read on every wake-up and every few seconds: a lost wake-up costs latency only.
+            inbox.wait(self._task_id, min(left, 3.0))
 
 
 class _LeaseKeeper(threading.Thread):
@@ -111,9 +181,10 @@ class _LeaseKeeper(threading.Thread):
 class JobRunner:
     """Runs one job to an outcome written on its row."""
 
-    def __init__(self, store: WorkerStore, settings: Settings) -> None:
+    def __init__(self, store: WorkerStore, settings: Settings, inbox: Callable[[], Inbox]) -> None:
         self._store = store
         self._settings = settings
+        self._inbox = inbox
 
     def run(self, job_id: str) -> JobOutcome:
         me = worker_identity()
@@ -148,7 +219,7 @@ class JobRunner:
         return JobOutcome("skipped")
 
     def _execute(self, spec: ToolSpec, claimed: ClaimedTask, me: str) -> JobOutcome:
-        runtime = _Runtime(self._store, claimed.task_id, me)
+        runtime = _Runtime(self._store, claimed.task_id, me, self._inbox)
         ctx = TaskContext(
             task_id=claimed.task_id,
             job_id=claimed.job_id,
@@ -156,6 +227,9 @@ class JobRunner:
             attempt=claimed.attempts,
             preflight=claimed.preflight,
             runtime=runtime,
+            client_capabilities=claimed.client_capabilities,
+            strict_capabilities=self._settings.strict_input_capabilities,
+            input_timeout_s=self._input_timeout(spec, claimed),
             report_interval_s=self._settings.report_min_interval_seconds,
             cancel_check_interval_s=self._settings.cancel_check_interval_seconds,
             max_status_chars=self._settings.max_status_message_chars,
@@ -207,6 +281,14 @@ class JobRunner:
             return JobOutcome("superseded")
         logger.info("job %s %s in %.3fs", claimed.job_id, status, elapsed)
         return JobOutcome(status)
+
+    def _input_timeout(self, spec: ToolSpec, claimed: ClaimedTask) -> float:
+        waits = spec.input_timeout or self._settings.input_timeout_seconds
+        extensions = claimed.client_capabilities.get("extensions") or {}
+        if TASKS_EXTENSION not in extensions:
+            # A synchronous call asks through MRTR: if the client does not retry soon, it left.
+            waits = min(waits, self._settings.sync_input_timeout_seconds)
+        return waits
 
     def _bounded(self, result: dict[str, Any]) -> dict[str, Any]:
         size = len(json.dumps(result, separators=(",", ":")))
@@ -265,7 +347,17 @@ def install(app: Celery, settings: Settings, *, load_tools: bool = True) -> Work
     """Add the task bodies (``run_tool`` and the beat jobs) to ``app``; load the tools."""
     store = WorkerStore(settings)
     _stores.append(store)
-    runner = JobRunner(store, settings)
+    inboxes: dict[int, Inbox] = {}
+
+    def inbox() -> Inbox:
+        # One inbox queue per worker process (created after the fork), constant arguments.
+        pid = os.getpid()
+        if pid not in inboxes:
+            inboxes.clear()
+            inboxes[pid] = Inbox(app, f"mcp.inbox.{socket.gethostname()}.{pid}")
+        return inboxes[pid]
+
+    runner = JobRunner(store, settings, inbox)
 
     @app.task(name=RUN_TOOL, bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
     def run_tool(self: Any, job_id: str) -> None:
@@ -292,4 +384,26 @@ def install(app: Celery, settings: Settings, *, load_tools: bool = True) -> Work
 
     if load_tools:
         load_tool_modules(settings.tool_modules)
+        check_input_timeouts(settings)
     return store
+
+
+def check_input_timeouts(settings: Settings) -> None:
+    """Refuse to start when a tool may wait for input longer than the broker keeps a job.
+
+    RabbitMQ closes the channel (and Celery stops the worker) past ``consumer_timeout``; Redis
+    redelivers the job past ``visibility_timeout`` while the first run still waits.
+    """
+    if settings.broker_url.startswith("amqp"):
+        limit, what = settings.rabbitmq_consumer_timeout_seconds, "RabbitMQ consumer_timeout"
+    elif settings.broker_url.startswith(("redis", "rediss")):
+        limit, what = float(settings.redis_visibility_timeout_seconds), "Redis visibility_timeout"
+    else:
+        return
+    for spec in all_tools():
+        waits = spec.input_timeout or settings.input_timeout_seconds
+        if waits >= limit:
+            raise SystemExit(
+                f"tool {spec.name!r} may wait {waits:.0f} s for input, but the {what} is {limit:.0f} s: "
+                "lower the input timeout or raise the broker's limit (and its MCP_TASKS_ setting)"
+            )

@@ -257,7 +257,7 @@ def stack_env(database_url: str, broker_url: str, suffix: str, **extra: str) -> 
             "MCP_TASKS_BROKER_URL": broker_url,
             "MCP_TASKS_DEFAULT_QUEUE": f"mcpt.{suffix}.default",
             "MCP_TASKS_MAINTENANCE_QUEUE": f"mcpt.{suffix}.maintenance",
-            "MCP_TASKS_TOOL_MODULES": '["workers"]',
+            "MCP_TASKS_TOOL_MODULES": '["workers", "tests.fixture_tools"]',
             "MCP_TASKS_SSE_KEEPALIVE_SECONDS": "0.5",
             "MCP_TASKS_LEASE_SECONDS": "6",
             "PYTHONUNBUFFERED": "1",

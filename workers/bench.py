@@ -28,3 +28,12 @@ def spin(ctx: TaskContext, seconds: float = 1.0) -> str:
         ctx.raise_if_cancelled()
         time.sleep(0.01)
     return f"spun {seconds}s"
+
+
+@tool(mode="optional", poll_interval_ms=100)
+def ask(ctx: TaskContext) -> str:
+    """Ask one question and return the answer."""
+    answer = ctx.elicit(
+        "What is the answer?", {"type": "object", "properties": {"answer": {"type": "string"}}}
+    )
+    return f"answer: {(answer.content or {}).get('answer')}"

@@ -5,7 +5,7 @@ Names and arguments follow the suite (SPEC-CHECKLIST §3.2).
 
 from __future__ import annotations
 
-from mcp_celery_tasks import McpError, TaskContext, ToolError, tool
+from mcp_celery_tasks import Elicit, McpError, TaskContext, ToolError, tool
 
 
 @tool(mode="forbidden")
@@ -33,3 +33,51 @@ def failing_job(ctx: TaskContext) -> str:
 def protocol_error_job() -> str:
     """End with a JSON-RPC error: the task ends failed."""
     raise McpError(-32603, "protocol_error_job: internal failure on purpose")
+
+
+@tool(mode="optional", poll_interval_ms=200)
+def confirm_delete(ctx: TaskContext, filename: str = "") -> str:
+    """Ask for confirmation (one elicitation), then pretend to delete the file."""
+    answer = ctx.elicit(
+        f"Delete {filename}?",
+        {"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]},
+    )
+    if answer.action == "accept" and answer.content and answer.content.get("confirm"):
+        return f"Deleted {filename}"
+    return f"Kept {filename} ({answer.action})"
+
+
+@tool(mode="optional", poll_interval_ms=200)
+def multi_input(ctx: TaskContext) -> str:
+    """Ask two questions at once; both stay outstanding until answered."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+    answers = ctx.ask_many(
+        {
+            "first": (
+                "elicitation/create",
+                {"mode": "form", "message": "First value?", "requestedSchema": schema},
+            ),
+            "second": (
+                "elicitation/create",
+                {"mode": "form", "message": "Second value?", "requestedSchema": schema},
+            ),
+        }
+    )
+    return "got " + ", ".join(f"{key}={answer.get('action')}" for key, answer in answers.items())
+
+
+@tool(
+    mode="required",
+    poll_interval_ms=200,
+    ask_first={
+        "user_name": Elicit(
+            "What is your name?",
+            {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        )
+    },
+)
+def test_tool_with_task(ctx: TaskContext) -> str:
+    """Ask for a name before the task exists (MRTR), then greet as a task."""
+    answer = ctx.preflight["user_name"]
+    name = (answer.get("content") or {}).get("name", "stranger")
+    return f"Hello, {name}!"

@@ -177,3 +177,84 @@ WHERE status IN {ACTIVE_SQL} AND lease_until < now() - %(grace_s)s * interval '1
 ORDER BY lease_until
 LIMIT %(limit)s
 """
+
+# ---- input requests ------------------------------------------------------------------------
+
+ALL_INPUTS: Final[LiteralString] = """
+SELECT key, method, params, params_hash, response, superseded
+FROM mcp_task_inputs WHERE task_id = %(task_id)s
+"""
+
+# Ask: the input rows, the inbox and input_required in one statement (one transaction), fenced
+# by the worker. Rows that already exist (a re-run asking again) are left as they are.
+OPEN_INPUTS: Final[LiteralString] = f"""
+WITH t AS (
+    UPDATE mcp_tasks
+    SET status = 'input_required', inbox = %(inbox)s, last_updated_at = now()
+    WHERE task_id = %(task_id)s AND worker = %(worker)s AND status IN {ACTIVE_SQL}
+    RETURNING task_id
+), sup AS (
+    UPDATE mcp_task_inputs SET superseded = true
+    WHERE task_id = (SELECT task_id FROM t) AND key = ANY(%(supersede)s) AND response IS NULL
+    RETURNING key
+), ins AS (
+    INSERT INTO mcp_task_inputs (task_id, key, method, params, params_hash)
+    SELECT t.task_id, x.key, x.method, x.params, x.params_hash
+    FROM t, jsonb_to_recordset(%(items)s) AS x(key text, method text, params jsonb, params_hash text)
+    ON CONFLICT (task_id, key) DO NOTHING
+    RETURNING key
+)
+SELECT t.task_id, (SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM sup) AS superseded,
+       pg_notify('{NOTIFY_CHANNEL}', t.task_id)
+FROM t
+"""
+
+# While blocked: is the task still ours, and which of our keys have answers?
+INPUT_STATE: Final[LiteralString] = """
+SELECT t.status, t.worker,
+       COALESCE((SELECT jsonb_object_agg(i.key, i.response) FROM mcp_task_inputs i
+                 WHERE i.task_id = t.task_id AND i.key = ANY(%(keys)s) AND i.response IS NOT NULL),
+                '{}'::jsonb) AS answers
+FROM mcp_tasks t WHERE t.task_id = %(task_id)s
+"""
+
+# The wait ran out: the keys are superseded (never answered later) and the task works again.
+EXPIRE_INPUTS: Final[LiteralString] = f"""
+WITH sup AS (
+    UPDATE mcp_task_inputs SET superseded = true
+    WHERE task_id = %(task_id)s AND key = ANY(%(keys)s) AND response IS NULL
+    RETURNING key
+), t AS (
+    UPDATE mcp_tasks SET status = 'working', last_updated_at = now()
+    WHERE task_id = %(task_id)s AND worker = %(worker)s AND status = 'input_required'
+      AND NOT EXISTS (SELECT 1 FROM mcp_task_inputs i WHERE i.task_id = %(task_id)s
+                      AND i.response IS NULL AND NOT i.superseded AND NOT (i.key = ANY(%(keys)s)))
+    RETURNING task_id
+)
+SELECT (SELECT count(*) FROM sup) AS superseded, (SELECT count(*) FROM t) AS resumed,
+       (SELECT pg_notify('{NOTIFY_CHANNEL}', task_id) FROM t) AS notified
+"""
+
+# tasks/update: record answers to outstanding keys; when none remain, back to working in the same
+# statement, so the next tasks/get never shows an answered key (SEP-2663 S-27, S-29).
+RECORD_ANSWERS: Final[LiteralString] = f"""
+WITH ans AS (
+    UPDATE mcp_task_inputs i SET response = x.response, answered_at = now()
+    FROM jsonb_to_recordset(%(answers)s) AS x(key text, response jsonb)
+    WHERE i.task_id = %(task_id)s AND i.key = x.key AND i.response IS NULL AND NOT i.superseded
+    RETURNING i.key
+), remaining AS (
+    SELECT count(*) AS n FROM mcp_task_inputs i
+    WHERE i.task_id = %(task_id)s AND i.response IS NULL AND NOT i.superseded
+      AND i.key NOT IN (SELECT key FROM ans)
+), t AS (
+    UPDATE mcp_tasks
+    SET status = CASE WHEN (SELECT n FROM remaining) = 0 THEN 'working' ELSE status END,
+        last_updated_at = now()
+    WHERE task_id = %(task_id)s AND status = 'input_required' AND EXISTS (SELECT 1 FROM ans)
+    RETURNING task_id, inbox, status
+)
+SELECT (SELECT count(*) FROM ans) AS answered, t.inbox, t.status,
+       CASE WHEN t.status = 'working' THEN pg_notify('{NOTIFY_CHANNEL}', t.task_id) END AS notified
+FROM (SELECT 1) AS one LEFT JOIN t ON true
+"""

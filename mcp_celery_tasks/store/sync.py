@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, queries
-from mcp_celery_tasks.store.records import ClaimedTask
+from mcp_celery_tasks.store.records import ClaimedTask, InputRecord
 
 __all__ = ["WorkerStore"]
 
@@ -110,6 +110,43 @@ class WorkerStore:
     def report(self, task_id: str, worker: str, message: str) -> bool:
         params = {"task_id": task_id, "worker": worker, "message": message}
         return bool(self._fetch(queries.REPORT, params))
+
+    # ---- input requests --------------------------------------------------------------------
+
+    def all_inputs(self, task_id: str) -> dict[str, InputRecord]:
+        """Every input request a task ever made, by key (a task makes few)."""
+        rows = self._fetch(queries.ALL_INPUTS, {"task_id": task_id})
+        return {row["key"]: _rows.input_record(row) for row in rows}
+
+    def open_inputs(
+        self,
+        task_id: str,
+        worker: str,
+        inbox: str,
+        items: Sequence[dict[str, Any]],
+        supersede: Sequence[str] = (),
+    ) -> bool:
+        """Insert input rows, set the inbox and ``input_required`` at once; False if not ours."""
+        params = {
+            "task_id": task_id,
+            "worker": worker,
+            "inbox": inbox,
+            "items": Jsonb(list(items)),
+            "supersede": list(supersede),
+        }
+        return bool(self._fetch(queries.OPEN_INPUTS, params))
+
+    def input_state(self, task_id: str, worker: str, keys: Sequence[str]) -> tuple[bool, dict[str, Any]]:
+        """(still active and ours, the answers recorded so far for ``keys``)."""
+        rows = self._fetch(queries.INPUT_STATE, {"task_id": task_id, "keys": list(keys)})
+        if not rows:
+            return False, {}
+        row = rows[0]
+        mine = row["status"] in ("working", "input_required") and row["worker"] == worker
+        return mine, dict(row["answers"])
+
+    def expire_inputs(self, task_id: str, worker: str, keys: Sequence[str]) -> None:
+        self._fetch(queries.EXPIRE_INPUTS, {"task_id": task_id, "worker": worker, "keys": list(keys)})
 
     # ---- outcome ---------------------------------------------------------------------------
 

@@ -1,0 +1,73 @@
+"""Sealed ``requestState`` for MRTR rounds: authenticated encryption, key ids for rotation.
+
+The state is opaque to clients and bound to the principal, the tool and a hash of its
+arguments, with an expiry; anything that does not open, or opens bound to something else,
+is refused with -32602. Keys come from ``MCP_TASKS_SECRET_KEYS`` (newest first); a server
+without one generates a key per process (fine for one process; ``dev`` persists one).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+import time
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from mcp_celery_tasks.errors import InvalidParams
+
+__all__ = ["Sealer", "arguments_hash", "generate_key"]
+
+
+def generate_key() -> str:
+    return base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
+
+
+def _decode_key(text: str) -> bytes:
+    key = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(key) not in (16, 24, 32):
+        raise ValueError("a secret key must be 16, 24 or 32 bytes of URL-safe base64")
+    return key
+
+
+def arguments_hash(arguments: dict[str, Any]) -> str:
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+class Sealer:
+    """Seals and opens request states with AES-GCM; the first key seals, all keys open."""
+
+    def __init__(self, keys: list[str]) -> None:
+        material = [_decode_key(k) for k in keys] or [os.urandom(32)]
+        self._keys = {hashlib.sha256(k).hexdigest()[:8]: AESGCM(k) for k in material}
+        self._current = next(iter(self._keys))
+
+    def seal(self, payload: dict[str, Any], ttl_s: float) -> str:
+        body = json.dumps({**payload, "exp": int(time.time() + ttl_s)}, separators=(",", ":")).encode()
+        nonce = os.urandom(12)
+        sealed = self._keys[self._current].encrypt(nonce, body, self._current.encode())
+        return f"{self._current}.{base64.urlsafe_b64encode(nonce + sealed).decode().rstrip('=')}"
+
+    def open(self, state: str, **bound: Any) -> dict[str, Any]:
+        """The payload, if the state opens, has not expired and matches every ``bound`` field."""
+        key_id, _, blob = state.partition(".")
+        aead = self._keys.get(key_id)
+        if aead is None or not blob:
+            raise InvalidParams("Invalid requestState")
+        try:
+            raw = base64.urlsafe_b64decode(blob + "=" * (-len(blob) % 4))
+            payload: dict[str, Any] = json.loads(aead.decrypt(raw[:12], raw[12:], key_id.encode()))
+        except (InvalidTag, ValueError, binascii.Error):
+            raise InvalidParams("Invalid requestState") from None
+        if payload.get("exp", 0) < time.time():
+            raise InvalidParams("The requestState has expired; call the tool again")
+        for name, value in bound.items():
+            if payload.get(name) != value:
+                raise InvalidParams("The requestState belongs to another request")
+        return payload
