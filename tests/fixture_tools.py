@@ -29,14 +29,13 @@ def t_short_wait(ctx: TaskContext) -> str:
 @tool(mode="optional", poll_interval_ms=100)
 def t_sample_and_roots(ctx: TaskContext) -> dict[str, Any]:
     """Ask the client's model and its roots at once."""
-    answers = ctx.ask_many(
+    hello = {"role": "user", "content": {"type": "text", "text": "hi"}}
+    return ctx.ask_many(
         {
-            "llm": ("sampling/createMessage", {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
-                                               "maxTokens": 10}),
+            "llm": ("sampling/createMessage", {"messages": [hello], "maxTokens": 10}),
             "roots": ("roots/list", None),
         }
-    )  # fmt: skip
-    return answers
+    )
 
 
 @tool(mode="optional", poll_interval_ms=100)
