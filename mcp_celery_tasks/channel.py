@@ -21,7 +21,7 @@ from typing import Any
 
 from kombu import Consumer, Exchange, Queue
 
-__all__ = ["RUN_TOOL", "CircuitBreaker", "Inbox", "Publisher", "inbox_queue"]
+__all__ = ["RUN_TOOL", "CircuitBreaker", "Inbox", "Publisher", "inbox_queue", "send_wake"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,20 @@ def inbox_queue(name: str) -> Queue:
         auto_delete=False,
         expires=INBOX_EXPIRES_S,
     )
+
+
+def send_wake(app: Any, inbox: str, task_id: str, timeout_s: float = 5.0) -> None:
+    """Wake the worker waiting on ``inbox`` (declared on the way: RabbitMQ drops messages to a
+    queue that does not exist; Redis applies ``x-expires`` only for a declaring publisher)."""
+    with app.producer_pool.acquire(block=True, timeout=timeout_s) as producer:
+        producer.publish(
+            {"type": "wake", "task_id": task_id},
+            exchange=_DEFAULT_EXCHANGE,
+            routing_key=inbox,
+            declare=[inbox_queue(inbox)],
+            serializer="json",
+            retry=False,
+        )
 
 
 class CircuitBreaker:
@@ -149,16 +163,7 @@ class Publisher:
                 published.append(op.job_id)
                 self.published += 1
             elif op.kind == "wake":
-                with self._app.producer_pool.acquire(block=True, timeout=self._deadline_s) as producer:
-                    inbox = inbox_queue(op.inbox)
-                    producer.publish(
-                        {"type": "wake", "task_id": op.task_id},
-                        exchange=_DEFAULT_EXCHANGE,
-                        routing_key=op.inbox,
-                        declare=[inbox],
-                        serializer="json",
-                        retry=False,
-                    )
+                send_wake(self._app, op.inbox, op.task_id, self._deadline_s)
             elif op.kind == "revoke":
                 self._app.control.revoke(op.job_id)
             self.breaker.success()

@@ -15,9 +15,11 @@ from typing import Annotated
 import typer
 
 from mcp_celery_tasks import migrate as migrations
+from mcp_celery_tasks.admin import admin_app
 from mcp_celery_tasks.settings import Settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="MCP Tasks on Celery and Postgres.")
+app.add_typer(admin_app, name="tasks")
 
 DatabaseOpt = Annotated[
     str | None, typer.Option("--database-url", help="Postgres DSN (MCP_TASKS_DATABASE_URL)")

@@ -63,8 +63,14 @@ WITH prev AS (
     FROM prev
     WHERE t.task_id = prev.task_id AND t.status IN {ACTIVE_SQL}
     RETURNING t.task_id, t.job_id, t.inbox, prev.status AS previous_status
+), gone AS (
+    -- Outstanding input requests vanish with the task (SPEC-CHECKLIST Q-25).
+    UPDATE mcp_task_inputs i SET superseded = true FROM upd
+    WHERE i.task_id = upd.task_id AND i.response IS NULL AND NOT i.superseded
+    RETURNING i.key
 )
-SELECT upd.*, pg_notify('{NOTIFY_CHANNEL}', upd.task_id) FROM upd
+SELECT upd.*, (SELECT count(*) FROM gone) AS inputs_dropped, pg_notify('{NOTIFY_CHANNEL}', upd.task_id)
+FROM upd
 """
 
 TASK_EXISTS: Final[LiteralString] = """
@@ -257,4 +263,57 @@ WITH ans AS (
 SELECT (SELECT count(*) FROM ans) AS answered, t.inbox, t.status,
        CASE WHEN t.status = 'working' THEN pg_notify('{NOTIFY_CHANNEL}', t.task_id) END AS notified
 FROM (SELECT 1) AS one LEFT JOIN t ON true
+"""
+
+# ---- admin -------------------------------------------------------------------------------
+
+ADMIN_LIST: Final[LiteralString] = """
+SELECT task_id, job_id, status, tool, owner, queue, status_message, created_at, age, runtime,
+       attempts, outstanding_inputs, last_error
+FROM mcp_tasks_overview
+WHERE (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(tool)s::text IS NULL OR tool = %(tool)s)
+  AND (%(owner)s::text IS NULL OR owner = %(owner)s)
+  AND (%(older_than_s)s::float IS NULL OR created_at < now() - %(older_than_s)s * interval '1 second')
+  AND (%(newer_than_s)s::float IS NULL OR created_at >= now() - %(newer_than_s)s * interval '1 second')
+ORDER BY created_at DESC
+LIMIT %(limit)s
+"""
+
+ADMIN_SHOW: Final[LiteralString] = """
+SELECT t.*, o.status AS display_status, o.runtime, o.wait_before_start
+FROM mcp_tasks t JOIN mcp_tasks_overview o USING (task_id)
+WHERE t.task_id = %(ref)s OR t.job_id = %(ref)s
+"""
+
+ADMIN_INPUTS: Final[LiteralString] = """
+SELECT key, method, params, response, superseded, requested_at, answered_at
+FROM mcp_task_inputs WHERE task_id = %(task_id)s ORDER BY requested_at, key
+"""
+
+ADMIN_CANCEL: Final[LiteralString] = f"""
+WITH upd AS (
+    UPDATE mcp_tasks
+    SET status = 'cancelled', cancel_requested_at = now(), last_updated_at = now(),
+        expires_at = {_EXPIRES}, status_message = %(message)s
+    WHERE (task_id = %(ref)s OR job_id = %(ref)s) AND status IN {ACTIVE_SQL}
+    RETURNING task_id, job_id, inbox
+), gone AS (
+    UPDATE mcp_task_inputs i SET superseded = true FROM upd
+    WHERE i.task_id = upd.task_id AND i.response IS NULL AND NOT i.superseded
+    RETURNING i.key
+)
+SELECT upd.*, (SELECT count(*) FROM gone) AS inputs_dropped, pg_notify('{NOTIFY_CHANNEL}', upd.task_id)
+FROM upd
+"""
+
+# Purge terminal rows now (ahead of their expiry); active rows are never purged.
+ADMIN_PURGE: Final[LiteralString] = """
+DELETE FROM mcp_tasks
+WHERE status IN ('completed', 'failed', 'cancelled')
+  AND (lease_until IS NULL OR lease_until < now())
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(tool)s::text IS NULL OR tool_name = %(tool)s)
+  AND (%(owner)s::text IS NULL OR owner = %(owner)s)
+  AND created_at < now() - %(older_than_s)s * interval '1 second'
 """

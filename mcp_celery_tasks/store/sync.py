@@ -174,6 +174,29 @@ class WorkerStore:
     def mark_stopped(self, task_id: str, worker: str) -> None:
         self._execute(queries.MARK_STOPPED, {"task_id": task_id, "worker": worker})
 
+    # ---- admin ---------------------------------------------------------------------------
+
+    def admin_list(self, *, limit: int = 50, **filters: Any) -> list[dict[str, Any]]:
+        params = {"status": None, "tool": None, "owner": None, "older_than_s": None, "newer_than_s": None}
+        params.update(filters)
+        return self._fetch(queries.ADMIN_LIST, {**params, "limit": limit})
+
+    def admin_show(self, ref: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """A task by task id or job id, with every input request it made."""
+        rows = self._fetch(queries.ADMIN_SHOW, {"ref": ref})
+        if not rows:
+            return None
+        return rows[0], self._fetch(queries.ADMIN_INPUTS, {"task_id": rows[0]["task_id"]})
+
+    def admin_cancel(self, ref: str, message: str) -> dict[str, Any] | None:
+        rows = self._fetch(queries.ADMIN_CANCEL, {"ref": ref, "message": message})
+        return rows[0] if rows else None
+
+    def admin_purge(self, *, older_than_s: float, **filters: Any) -> int:
+        params = {"status": None, "tool": None, "owner": None}
+        params.update(filters)
+        return self._execute(queries.ADMIN_PURGE, {**params, "older_than_s": older_than_s})
+
     # ---- publisher and maintenance ---------------------------------------------------------
 
     def mark_dispatched(self, job_ids: Sequence[str]) -> int:

@@ -1,0 +1,158 @@
+"""``mcp-celery-tasks tasks ls|show|cancel|purge``: what an operator needs, straight from Postgres."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mcp_celery_tasks.celery_app import create_app
+from mcp_celery_tasks.channel import send_wake
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import WorkerStore
+
+__all__ = ["admin_app", "parse_age"]
+
+admin_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Inspect and manage tasks.")
+console = Console()
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+StatusOpt = Annotated[str | None, typer.Option(help="working, input_required, completed, failed, cancelled")]
+ToolOpt = Annotated[str | None, typer.Option(help="Tool name")]
+OwnerOpt = Annotated[str | None, typer.Option(help="Principal, e.g. token:alice or anon")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts")]
+
+
+def parse_age(text: str) -> float:
+    """``90s``, ``15m``, ``2h``, ``7d``, ``1w`` (or plain seconds) → seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if match is None:
+        raise typer.BadParameter(f"not an age: {text!r} (try 90s, 15m, 2h, 7d)")
+    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
+
+def _store() -> WorkerStore:
+    return WorkerStore(Settings(), application_name="mcp-celery-tasks-admin")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, timedelta):
+        seconds = int(value.total_seconds())
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds}s"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat(timespec="seconds"))
+    return str(value)
+
+
+@admin_app.command("ls")
+def list_tasks(
+    status: StatusOpt = None,
+    tool: ToolOpt = None,
+    owner: OwnerOpt = None,
+    older_than: Annotated[str | None, typer.Option(help="Created more than this long ago (2h, 7d)")] = None,
+    newer_than: Annotated[str | None, typer.Option(help="Created within this long (15m, 1d)")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many rows")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """List tasks, newest first (status 'stopping' = cancelled but the job still winding down)."""
+    rows = _store().admin_list(
+        status=status,
+        tool=tool,
+        owner=owner,
+        older_than_s=parse_age(older_than) if older_than else None,
+        newer_than_s=parse_age(newer_than) if newer_than else None,
+        limit=limit,
+    )
+    if as_json:
+        typer.echo(json.dumps(rows, default=_fmt, indent=2))
+        return
+    table = Table("task", "job", "status", "tool", "owner", "age", "runtime", "tries", "inputs", "message")
+    for row in rows:
+        message = row["last_error"] or row["status_message"] or ""
+        table.add_row(
+            row["task_id"][:10] + "…",
+            row["job_id"][:8],
+            row["status"],
+            row["tool"],
+            row["owner"],
+            _fmt(row["age"]),
+            _fmt(row["runtime"]),
+            str(row["attempts"]),
+            str(row["outstanding_inputs"] or ""),
+            message[:60],
+        )
+    console.print(table)
+
+
+@admin_app.command("show")
+def show_task(
+    ref: Annotated[str, typer.Argument(help="Task id or job id")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Everything about one task: inputs, attempts, worker, timings, error, input requests."""
+    found = _store().admin_show(ref)
+    if found is None:
+        typer.echo(f"no task or job {ref!r}", err=True)
+        raise typer.Exit(1)
+    row, inputs = found
+    if as_json:
+        typer.echo(json.dumps({"task": row, "inputs": inputs}, default=_fmt, indent=2))
+        return
+    table = Table("field", "value", show_header=False)
+    for name in (
+        "task_id", "job_id", "display_status", "tool_name", "owner", "queue", "status_message",
+        "created_at", "started_at", "finished_at", "wait_before_start", "runtime", "attempts",
+        "max_attempts", "worker", "lease_until", "expires_at", "arguments", "preflight", "result", "error",
+    ):  # fmt: skip
+        value = row.get(name)
+        table.add_row(name, json.dumps(value) if isinstance(value, dict | list) else _fmt(value))
+    console.print(table)
+    for item in inputs:
+        state = (
+            "superseded"
+            if item["superseded"]
+            else ("answered" if item["response"] is not None else "waiting")
+        )
+        console.print(f"input {item['key']} ({item['method']}, {state}): {json.dumps(item['params'])[:200]}")
+
+
+@admin_app.command("cancel")
+def cancel_task(
+    ref: Annotated[str, typer.Argument(help="Task id or job id")],
+    reason: Annotated[str, typer.Option(help="Recorded as the status message")] = "cancelled by an operator",
+) -> None:
+    """Cancel a task the way tasks/cancel does (the job stops at its next checkpoint)."""
+    cancelled = _store().admin_cancel(ref, reason)
+    if cancelled is None:
+        typer.echo(f"{ref!r} is unknown or already finished")
+        raise typer.Exit(1)
+    app = create_app(Settings())
+    if cancelled["inbox"]:
+        send_wake(app, cancelled["inbox"], cancelled["task_id"])
+    app.control.revoke(cancelled["job_id"])
+    typer.echo(f"cancelled job {cancelled['job_id']}")
+
+
+@admin_app.command("purge")
+def purge_tasks(
+    older_than: Annotated[str, typer.Option(help="Only tasks created before this age (2h, 7d)")],
+    status: StatusOpt = None,
+    tool: ToolOpt = None,
+    owner: OwnerOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask")] = False,
+) -> None:
+    """Delete finished tasks now, ahead of their expiry. Running tasks are never purged."""
+    if status in ("working", "input_required"):
+        raise typer.BadParameter("running tasks are never purged; cancel them first")
+    if not yes:
+        typer.confirm(f"Delete finished tasks older than {older_than}?", abort=True)
+    deleted = _store().admin_purge(older_than_s=parse_age(older_than), status=status, tool=tool, owner=owner)
+    typer.echo(f"deleted {deleted} tasks")
