@@ -6,18 +6,21 @@ workers always agree on queue names, timeouts and the database they talk to.
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "get_settings"]
+__all__ = ["Settings", "get_settings", "markdown_table"]
 
 
 class Settings(BaseSettings):
     """Configuration shared by every process of a deployment."""
 
-    model_config = SettingsConfigDict(env_prefix="MCP_TASKS_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="MCP_TASKS_", frozen=True, extra="ignore", use_attribute_docstrings=True
+    )
 
     database_url: str = "postgresql://postgres@127.0.0.1:5432/mcp_tasks"
     """Postgres DSN (libpq form). The task rows live here."""
@@ -29,7 +32,9 @@ class Settings(BaseSettings):
     """Python modules that define the tools (imported by the API and by workers)."""
 
     host: str = "127.0.0.1"
+    """Address the API binds (``serve``)."""
     port: int = 8000
+    """Port the API listens on."""
     allow_insecure_bind: bool = False
     """Allow a non-loopback bind address while auth is off."""
 
@@ -40,40 +45,57 @@ class Settings(BaseSettings):
     """Origins accepted besides loopback ones. Requests without an Origin header are accepted."""
 
     server_name: str = "mcp-celery-tasks"
+    """Reported in every result's ``_meta`` serverInfo."""
 
     default_queue: str = "mcp.default"
+    """Celery queue of tools that name none."""
     maintenance_queue: str = "mcp.maintenance"
+    """Celery queue of the beat jobs (GC, sweeper); give it its own small worker."""
 
     retention_ms: int = 3_600_000
     """How long a finished task stays readable (its TTL after it ends)."""
     max_retention_ms: int = 7 * 24 * 3_600_000
+    """Upper bound of any tool's retention (a null TTL is capped here)."""
     poll_interval_ms: int = 1000
+    """``pollIntervalMs`` suggested to clients, unless the tool sets its own."""
 
     lease_seconds: float = 30.0
     """A worker holds a task for this long without renewing it before another may take over."""
     max_attempts: int = 3
+    """Runs of one job before the task fails (a worker crash counts as a run)."""
 
     max_body_bytes: int = 1_048_576
+    """Largest request body accepted (HTTP 413 above)."""
     max_result_bytes: int = 4_194_304
+    """Largest tool result stored; above it the call ends with ``isError``."""
     max_status_message_chars: int = 1024
+    """``statusMessage`` is cut to this length."""
 
     max_sync_wait_seconds: float = 300.0
     """A synchronous tools/call waits this long for its job before the task is cancelled."""
     sse_keepalive_seconds: float = 15.0
+    """Comment sent on a waiting SSE response so proxies keep it open."""
 
     publish_deadline_seconds: float = 5.0
     """A job not published within this long is left to the sweeper (the outbox)."""
     breaker_failures: int = 5
+    """Consecutive broker failures that open the publisher's circuit breaker."""
     breaker_reset_seconds: float = 10.0
+    """How long the breaker stays open before trying again."""
 
     db_pool_min: int = 2
+    """Connections each API process keeps open."""
     db_pool_max: int = 10
+    """Most connections one API process opens (see the connection budget)."""
     db_connect_timeout_seconds: float = 5.0
+    """Bound on connecting to Postgres (and on waiting for a pooled connection)."""
     db_statement_timeout_ms: int = 10_000
+    """Postgres ``statement_timeout`` for every connection of ours."""
 
     report_min_interval_seconds: float = 0.25
     """A tool's ``ctx.report`` writes at most this often; the last message always lands."""
     cancel_check_interval_seconds: float = 0.2
+    """``ctx.cancelled`` reads the row at most this often."""
 
     input_timeout_seconds: float = 1500.0
     """How long a tool waits for an answer to an input request (per-tool ``input_timeout``
@@ -91,9 +113,13 @@ class Settings(BaseSettings):
     """Keys (URL-safe base64, 32 bytes) that seal MRTR ``requestState``, newest first. Every API
     replica needs the same list; without one each process makes its own."""
     request_state_ttl_seconds: float = 600.0
+    """How long an MRTR ``requestState`` stays valid."""
 
     redis_visibility_timeout_seconds: int = 43_200
+    """Redis redelivers an unacknowledged job after this; keep it above the longest job."""
     worker_soft_shutdown_seconds: float = 20.0
+    """On a cold shutdown running jobs get this long before they are requeued; keep it below
+    the stop grace period of your process manager."""
 
     @field_validator("database_url")
     @classmethod
@@ -111,6 +137,17 @@ class Settings(BaseSettings):
     @property
     def auth_enabled(self) -> bool:
         return bool(self.auth_tokens)
+
+
+def markdown_table() -> str:
+    """The configuration table of the README, generated from the fields above."""
+    lines = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    for name, field in Settings.model_fields.items():
+        default = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
+        shown = json.dumps(default) if isinstance(default, list | dict | bool) else str(default)
+        meaning = " ".join((field.description or "").split()).replace("|", "\\|")
+        lines.append(f"| `MCP_TASKS_{name.upper()}` | `{shown}` | {meaning} |")
+    return "\n".join(lines)
 
 
 @lru_cache(maxsize=1)
