@@ -19,7 +19,7 @@ from mcp_celery_tasks.errors import (
     ProtocolError,
 )
 from mcp_celery_tasks.events import TaskEvents
-from mcp_celery_tasks.inputs import CAPABILITY_FOR, validate_response
+from mcp_celery_tasks.inputs import CAPABILITY_FOR, Elicit, validate_response
 from mcp_celery_tasks.registry import ToolSpec, all_tools, get_tool
 from mcp_celery_tasks.sealing import Sealer, arguments_hash
 from mcp_celery_tasks.settings import Settings
@@ -147,9 +147,10 @@ async def call_tool(services: Services, ctx: RequestContext, params: dict[str, A
         # The retry of a synchronous call whose job asked for input (MRTR): feed that task.
         return await _resume_sync(services, ctx, spec, arguments, state["task"], call.input_responses or {})
     preflight = None
-    if spec.ask_first:
-        collected = _preflight(ctx, spec, state, call.input_responses or {})
-        missing = {key: question for key, question in spec.ask_first.items() if key not in collected}
+    questions = spec.questions_first(arguments)
+    if questions:
+        collected = _preflight(ctx, questions, state, call.input_responses or {})
+        missing = {key: question for key, question in questions.items() if key not in collected}
         if missing:
             # SEP-2663 S-13: MRTR rounds finish before the task exists (no taskId yet).
             state_out = {"k": "pre", "ans": collected}
@@ -196,11 +197,11 @@ def _open_state(
 
 
 def _preflight(
-    ctx: RequestContext, spec: ToolSpec, state: dict[str, Any] | None, responses: dict[str, Any]
+    ctx: RequestContext, questions: dict[str, Elicit], state: dict[str, Any] | None, responses: dict[str, Any]
 ) -> dict[str, Any]:
     collected: dict[str, Any] = dict((state or {}).get("ans") or {})
     capabilities = ctx.meta.client_capabilities if ctx.meta else {}
-    for key, question in spec.ask_first.items():
+    for key, question in questions.items():
         if key in collected:
             continue
         if key in responses:

@@ -19,7 +19,7 @@ from mcp_celery_tasks.context import TaskContext
 from mcp_celery_tasks.errors import InvalidParams
 from mcp_celery_tasks.inputs import Elicit
 
-__all__ = ["Mode", "ToolSpec", "all_tools", "get_tool", "load_tool_modules", "tool"]
+__all__ = ["AskFirst", "Mode", "ToolSpec", "all_tools", "get_tool", "load_tool_modules", "tool"]
 
 Mode = Literal["forbidden", "optional", "required"]
 """How a tool runs: ``forbidden`` never as a task (the call waits for the job), ``optional``
@@ -27,6 +27,9 @@ as a task when the request declares the tasks extension, ``required`` only as a 
 (non-declaring clients get -32021)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+AskFirst = Elicit | Callable[[dict[str, Any]], Elicit | None]
+"""A pre-task question, or a function of the call's arguments that returns one (or None)."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class ToolSpec:
     poll_interval_ms: int | None
     max_attempts: int | None
     input_timeout: float | None = None
-    ask_first: dict[str, Elicit] = field(default_factory=dict)
+    ask_first: dict[str, AskFirst] = field(default_factory=dict)
     input_schema: dict[str, Any] = field(default_factory=dict)
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -58,6 +61,15 @@ class ToolSpec:
             )
             raise InvalidParams(f"Invalid arguments for tool {self.name!r}: {problems}") from exc
         return model.model_dump(mode="json", by_alias=True)
+
+    def questions_first(self, arguments: dict[str, Any]) -> dict[str, Elicit]:
+        """The ``ask_first`` questions that apply to these (validated) arguments."""
+        questions: dict[str, Elicit] = {}
+        for key, entry in self.ask_first.items():
+            question = entry if isinstance(entry, Elicit) else entry(arguments)
+            if question is not None:
+                questions[key] = question
+        return questions
 
     def call_kwargs(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Python values for the stored arguments (re-validated in the worker)."""
@@ -108,7 +120,7 @@ def tool(
     poll_interval_ms: int | None = None,
     max_attempts: int | None = None,
     input_timeout: float | None = None,
-    ask_first: dict[str, Elicit] | None = None,
+    ask_first: dict[str, AskFirst] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -124,7 +136,7 @@ def tool(
     poll_interval_ms: int | None = None,
     max_attempts: int | None = None,
     input_timeout: float | None = None,
-    ask_first: dict[str, Elicit] | None = None,
+    ask_first: dict[str, AskFirst] | None = None,
 ) -> F | Callable[[F], F]:
     """Register a function as an MCP tool that runs as a Celery job.
 
@@ -132,7 +144,8 @@ def tool(
     receives the context. ``queue`` routes the job (e.g. ``"gpu"``); ``retention_seconds``
     is how long a finished task stays readable; ``input_timeout`` how long the tool waits for an
     answer to an input request; ``ask_first`` questions are asked before the task exists (no
-    worker slot is held while a human thinks) and their answers land in ``ctx.preflight``;
+    worker slot is held while a human thinks) and their answers land in ``ctx.preflight`` (a
+    question may be a function of the validated arguments returning an ``Elicit`` or None);
     unset values come from Settings.
     """
 
