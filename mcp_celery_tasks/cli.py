@@ -153,6 +153,42 @@ def dev(
     raise typer.Exit(run_dev(data_dir, port=port, tools=tools))
 
 
+@app.command()
+def call(
+    tool: Annotated[str | None, typer.Argument(help="Tool to call")] = None,
+    arg: Annotated[list[str] | None, typer.Option("--arg", help="key=value (JSON values allowed)")] = None,
+    url: Annotated[
+        str, typer.Option(envvar="MCP_TASKS_URL", help="MCP endpoint")
+    ] = "http://127.0.0.1:8000/mcp",
+    token: Annotated[str | None, typer.Option(envvar="MCP_TASKS_TOKEN", help="Bearer token")] = None,
+    resume: Annotated[str | None, typer.Option(help="Follow an existing task by id")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="No live display; print the final task as JSON")
+    ] = False,
+    answers: Annotated[Path | None, typer.Option(help="JSON file of input answers by key")] = None,
+) -> None:
+    """Call a tool as a task on any SEP-2663 server and follow it (Ctrl-C cancels it)."""
+    from mcp_celery_tasks.callcli import parse_args, run_call
+
+    if tool is None and resume is None:
+        raise typer.BadParameter("name a tool, or --resume TASK_ID")
+    try:
+        arguments = parse_args(arg or [])
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    raise typer.Exit(
+        run_call(
+            url=url,
+            token=token,
+            tool=tool,
+            arguments=arguments,
+            resume=resume,
+            as_json=as_json,
+            answers_file=answers,
+        )
+    )
+
+
 def main() -> None:
     app(prog_name="mcp-celery-tasks")
 

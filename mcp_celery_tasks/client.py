@@ -1,0 +1,194 @@
+"""A small SEP-2663 client for any tasks server: call a tool, follow its task, answer input.
+
+Plain HTTP (stateless 2026-07-28 envelope on every request), no server internals: the same
+code drives our server and any other implementation of the extension.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = ["ClientError", "TaskStore", "TasksClient", "parse_reply"]
+
+VERSION = "2026-07-28"
+TASKS = "io.modelcontextprotocol/tasks"
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+class ClientError(Exception):
+    """A JSON-RPC error answered by the server."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{message} ({code})")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+def parse_reply(response: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC message of a JSON or SSE response."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        message: dict[str, Any] = {}
+        for line in response.text.splitlines():
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+        return message
+    if not response.content:
+        return {}
+    parsed: dict[str, Any] = response.json()
+    return parsed
+
+
+def _header_value(value: str) -> str:
+    if value.isascii() and value.isprintable():
+        return value
+    return "=?base64?" + base64.b64encode(value.encode()).decode() + "?="
+
+
+@dataclass
+class TasksClient:
+    url: str
+    token: str | None = None
+    capabilities: dict[str, Any] | None = None
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        self._http = httpx.Client(timeout=self.timeout_s)
+        self._ids = 0
+        caps = dict(self.capabilities or {})
+        caps.setdefault("extensions", {})[TASKS] = {}
+        self._caps = caps
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, params: dict[str, Any], *, name: str | None = None) -> dict[str, Any]:
+        self._ids += 1
+        params = {
+            **params,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": VERSION,
+                "io.modelcontextprotocol/clientCapabilities": self._caps,
+                "io.modelcontextprotocol/clientInfo": {"name": "mcp-celery-tasks-call", "version": "1"},
+            },
+        }
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": VERSION,
+            "Mcp-Method": method,
+        }
+        if name is not None:
+            headers["Mcp-Name"] = _header_value(name)
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        body = {"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}
+        response = self._http.post(self.url, json=body, headers=headers)
+        if response.status_code == 401:
+            raise ClientError(401, "unauthorized: pass --token")
+        message = parse_reply(response)
+        if "error" in message:
+            error = message["error"]
+            raise ClientError(int(error.get("code", 0)), str(error.get("message", "")), error.get("data"))
+        if "result" not in message:
+            raise ClientError(response.status_code, f"unexpected HTTP {response.status_code} answer")
+        result: dict[str, Any] = message["result"]
+        return result
+
+    def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        input_responses: dict[str, Any] | None = None,
+        request_state: str | None = None,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        if input_responses is not None:
+            params["inputResponses"] = input_responses
+        if request_state is not None:
+            params["requestState"] = request_state
+        return self.request("tools/call", params, name=name)
+
+    def get(self, task_id: str) -> dict[str, Any]:
+        return self.request("tasks/get", {"taskId": task_id}, name=task_id)
+
+    def update(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any]:
+        return self.request("tasks/update", {"taskId": task_id, "inputResponses": responses}, name=task_id)
+
+    def cancel(self, task_id: str) -> dict[str, Any]:
+        return self.request("tasks/cancel", {"taskId": task_id}, name=task_id)
+
+    def follow(
+        self,
+        task: dict[str, Any],
+        *,
+        on_update: Callable[[dict[str, Any]], None],
+        answer: Callable[[str, dict[str, Any]], dict[str, Any] | None],
+    ) -> dict[str, Any]:
+        """Poll a task to its end, honouring ``pollIntervalMs``; answer each input key once."""
+        answered: set[str] = set()
+        task_id = str(task["taskId"])
+        while True:
+            on_update(task)
+            if task["status"] in TERMINAL:
+                return task
+            if task["status"] == "input_required":
+                responses: dict[str, Any] = {}
+                for key, request in (task.get("inputRequests") or {}).items():
+                    if key in answered:
+                        continue  # the spec asks clients to answer each key once
+                    response = answer(key, request)
+                    answered.add(key)
+                    if response is not None:
+                        responses[key] = response
+                if responses:
+                    self.update(task_id, responses)
+                    task = self.get(task_id)
+                    continue
+            time.sleep(max(0.05, (task.get("pollIntervalMs") or 1000) / 1000))
+            task = self.get(task_id)
+
+
+class TaskStore:
+    """Task ids this client started, kept on disk so ``call --resume`` works after a restart."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        self.path = path or Path(base) / "mcp-celery-tasks" / "tasks.json"
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        try:
+            data: dict[str, dict[str, Any]] = json.loads(self.path.read_text())
+            return data
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def _save(self, data: dict[str, dict[str, Any]]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.chmod(0o600)  # task ids are bearer-like handles
+        tmp.replace(self.path)
+
+    def add(self, task_id: str, url: str, tool: str) -> None:
+        data = self.load()
+        data[task_id] = {"url": url, "tool": tool, "created": time.time()}
+        self._save(data)
+
+    def remove(self, task_id: str) -> None:
+        data = self.load()
+        if data.pop(task_id, None) is not None:
+            self._save(data)
+
+    def get(self, task_id: str) -> dict[str, Any] | None:
+        return self.load().get(task_id)
