@@ -1,7 +1,7 @@
 from mcp_celery_tasks import TaskContext, ToolError, tool
 
 
-@tool(queue="mcp.default", retention_seconds=3600)
+@tool(retention_seconds=3600, poll_interval_ms=500)
 def count_words(ctx: TaskContext, urls: list[str]) -> dict[str, int]:
     """Count the words of each document, one by one; cancellable between documents."""
     counts: dict[str, int] = {}

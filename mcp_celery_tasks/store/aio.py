@@ -79,13 +79,29 @@ class ApiStore:
             raise InfrastructureError("the task database is unavailable") from exc
 
     async def _fetch(self, sql: LiteralString, params: dict[str, Any]) -> list[dict[str, Any]]:
-        async with self._conn() as conn:
-            cursor = await conn.execute(sql, params)
-            return await cursor.fetchall()
+        """Run one statement. A connection that broke under us (Postgres restarted since the
+        pool opened it) is replaced and the statement tried once more: every statement here
+        is guarded, so running it twice changes nothing the first run did not."""
+        for attempt in (1, 2):
+            try:
+                async with self._conn() as conn:
+                    cursor = await conn.execute(sql, params)
+                    return await cursor.fetchall()
+            except InfrastructureError as exc:
+                if attempt == 2 or not isinstance(exc.__cause__, psycopg.OperationalError):
+                    raise
+        raise AssertionError("unreachable")
 
     async def create_task(self, task: NewTask) -> TaskRecord:
         """Insert and commit a task row (autocommit): a tasks/get resolves once this returns."""
-        rows = await self._fetch(queries.CREATE_TASK, _rows.new_task_params(task))
+        try:
+            rows = await self._fetch(queries.CREATE_TASK, _rows.new_task_params(task))
+        except psycopg.errors.UniqueViolation:
+            # The retry of an insert whose first attempt committed before the connection broke.
+            existing = await self.get_task(task.task_id, task.owner)
+            if existing is None:
+                raise
+            return existing
         return _rows.task_record(rows[0])
 
     async def get_task(self, task_id: str, owner: str) -> TaskRecord | None:

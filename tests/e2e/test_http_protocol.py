@@ -4,6 +4,7 @@ HTTP statuses, body limits, Origin, and the synchronous path over SSE."""
 from __future__ import annotations
 
 import base64
+import json
 import secrets
 import uuid
 from collections.abc import Iterator
@@ -121,6 +122,19 @@ def test_base64_encoded_mcp_name_that_matches_is_accepted(client: Client, live_t
     assert reply.result["taskId"] == live_task
 
 
+def test_mcp_name_that_is_not_valid_base64_is_a_header_mismatch(client: Client, live_task: str) -> None:
+    reply = client.request("tasks/get", {"taskId": live_task}, name="=?base64?***?=")
+    assert_error(reply, codes.HEADER_MISMATCH, 400)
+
+
+def test_missing_mcp_name_on_tools_call_is_a_header_mismatch(client: Client, stack: Stack) -> None:
+    before = row_count(stack)
+    body, headers = envelope("tools/call", {"name": "noop", "arguments": {}})
+    del headers["Mcp-Name"]
+    assert_error(post(client, body, headers), codes.HEADER_MISMATCH, 400)
+    assert row_count(stack) == before
+
+
 def test_missing_mcp_name_on_tasks_get_is_tolerated(client: Client, live_task: str) -> None:
     body, headers = envelope("tasks/get", {"taskId": live_task})
     del headers["Mcp-Name"]
@@ -209,6 +223,12 @@ def test_invalid_json_is_a_parse_error_with_http_400(client: Client) -> None:
     assert error["message"]
 
 
+def test_body_that_is_not_utf8_is_a_parse_error(client: Client) -> None:
+    _, headers = envelope("tools/list")
+    response = client.http.post(client.url, content=b"\xff\xfe{}", headers=headers)
+    assert_error(response, codes.PARSE_ERROR, 400)
+
+
 def test_a_batch_is_an_invalid_request(client: Client) -> None:
     body, headers = envelope("tools/list")
     assert_error(post(client, [body], headers), codes.INVALID_REQUEST, 400)
@@ -250,6 +270,14 @@ def test_body_over_the_limit_is_rejected_with_413_and_creates_no_task(
         before = row_count(stack)
         reply = small.call_tool("slow_compute", {"seconds": 0, "label": "x" * 5000})
         assert_error(reply, codes.INVALID_REQUEST, 413)
+        assert row_count(stack) == before
+        # Without a Content-Length (chunked) the limit holds while reading.
+        body, headers = envelope("tools/call", {"name": "slow_compute", "arguments": {"label": "y" * 5000}})
+        raw = json.dumps(body).encode()
+        chunks = iter([raw[i : i + 500] for i in range(0, len(raw), 500)])
+        response = small.http.post(small.url, content=chunks, headers=headers)
+        assert "content-length" not in response.request.headers
+        assert_error(response, codes.INVALID_REQUEST, 413)
         assert row_count(stack) == before
     finally:
         small.close()
