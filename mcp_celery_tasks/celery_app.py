@@ -46,13 +46,19 @@ def create_app(settings: Settings) -> Celery:
         beat_schedule={
             "mcp-collect-garbage": {
                 "task": COLLECT_GARBAGE,
-                "schedule": schedule(60.0),
-                "options": {"queue": settings.maintenance_queue, "expires": 50},
+                "schedule": schedule(settings.gc_interval_seconds),
+                "options": {
+                    "queue": settings.maintenance_queue,
+                    "expires": settings.gc_interval_seconds * 0.9,
+                },
             },
             "mcp-sweep": {
                 "task": SWEEP,
-                "schedule": schedule(15.0),
-                "options": {"queue": settings.maintenance_queue, "expires": 12},
+                "schedule": schedule(settings.sweep_interval_seconds),
+                "options": {
+                    "queue": settings.maintenance_queue,
+                    "expires": settings.sweep_interval_seconds * 0.9,
+                },
             },
         },
     )

@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-__all__ = ["NOTIFY_CHANNEL", "metadata", "task_inputs", "tasks"]
+__all__ = ["NOTIFY_CHANNEL", "maintenance", "metadata", "task_inputs", "tasks"]
 
 NOTIFY_CHANNEL = "mcp_task_events"
 
@@ -99,4 +99,12 @@ task_inputs = Table(
     CheckConstraint(
         "method IN ('elicitation/create', 'sampling/createMessage', 'roots/list')", name="method"
     ),
+)
+
+maintenance = Table(
+    "mcp_maintenance",
+    metadata,
+    Column("job", Text, primary_key=True),
+    Column("last_run_at", DateTime(timezone=True), nullable=False),
+    Column("last_count", BigInteger, nullable=False, server_default=text("0")),
 )

@@ -1,7 +1,7 @@
 """Beat jobs: collect expired tasks, and sweep jobs that were never published or were lost.
 
-Each job is one or two store calls; ``celery_app`` schedules them on the maintenance queue so
-they never wait behind tool jobs.
+Each job is a few store calls; ``worker.install`` registers them and beat schedules them on
+the maintenance queue, so they never wait behind tool jobs.
 """
 
 from __future__ import annotations
@@ -9,9 +9,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from mcp_types import jsonrpc as codes
+
+from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
 
-__all__ = ["collect_garbage", "sweep"]
+__all__ = ["collect_garbage", "gc_overdue", "sweep"]
 
 logger = logging.getLogger(__name__)
 
@@ -19,42 +22,60 @@ PublishJob = Callable[[str, str], None]
 
 
 def collect_garbage(store: WorkerStore, *, batch: int = 1000, max_batches: int = 100) -> int:
-    """Delete expired rows in bounded batches (inputs cascade); rows with a live lease stay."""
+    """Delete expired rows in bounded batches (inputs cascade); rows with a live lease stay.
+
+    Each batch is its own short transaction, so polling never waits behind a long delete.
+    """
     deleted = 0
     for _ in range(max_batches):
         count = store.delete_expired(batch)
         if count is None:
             logger.info("another collector holds the lock; skipping")
-            break
+            return deleted
         deleted += count
         if count < batch:
             break
+    store.record_run("collect_garbage", deleted)
     if deleted:
         logger.info("collected %d expired tasks", deleted)
     return deleted
 
 
-def sweep(
-    store: WorkerStore,
-    publish_job: PublishJob,
-    *,
-    undispatched_after_s: float = 30.0,
-    lease_grace_s: float = 5.0,
-    limit: int = 500,
-) -> int:
-    """Publish rows still undispatched after ``undispatched_after_s`` (the outbox: a crash
-    between commit and publish), and re-publish active rows whose lease ran out (their worker
-    died). A dispatched row that is merely queued has no lease and is never touched."""
+def gc_overdue(store: WorkerStore, settings: Settings) -> float | None:
+    """Seconds since the collector last ran, if that is more than the alarm allows."""
+    since = store.seconds_since_run("collect_garbage")
+    limit = settings.gc_interval_seconds * settings.gc_alarm_intervals
+    if since is not None and since > limit:
+        return since
+    return None
+
+
+def sweep(store: WorkerStore, publish_job: PublishJob, settings: Settings, *, limit: int = 500) -> int:
+    """Publish rows still undispatched after ``undispatched_after_seconds`` (the outbox: a crash
+    or an outage between commit and publish); fail those that could not be published for
+    ``undispatched_fail_after_seconds``; re-publish active rows whose lease ran out (their
+    worker died). A dispatched row that is merely queued has no lease and is never touched."""
+    failed = store.fail_undispatched(
+        settings.undispatched_fail_after_seconds,
+        {"code": codes.INTERNAL_ERROR, "message": "The job could not be queued (the broker was unavailable)"},
+        "could not be queued",
+    )
+    if failed:
+        logger.error("failed %d tasks whose jobs could not be published", failed)
     republished = 0
-    undispatched = store.undispatched(undispatched_after_s, limit)
+    undispatched = store.undispatched(settings.undispatched_after_seconds, limit)
     for job_id, queue in undispatched:
         publish_job(job_id, queue)
         republished += 1
     if undispatched:
         store.mark_dispatched([job_id for job_id, _ in undispatched])
-    for job_id, queue in store.lost_leases(lease_grace_s, limit):
+    for job_id, queue in store.lost_leases(settings.lease_grace_seconds, limit):
         publish_job(job_id, queue)
         republished += 1
     if republished:
         logger.info("sweeper re-published %d jobs", republished)
+    overdue = gc_overdue(store, settings)
+    if overdue is not None:
+        logger.error("ALARM: the garbage collector has not run for %.0f s; is beat running?", overdue)
+    store.record_run("sweep", republished)
     return republished

@@ -115,6 +115,20 @@ class Settings(BaseSettings):
     request_state_ttl_seconds: float = 600.0
     """How long an MRTR ``requestState`` stays valid."""
 
+    gc_interval_seconds: float = 60.0
+    """How often beat collects expired tasks."""
+    gc_alarm_intervals: int = 3
+    """Log an error when the collector has not run for this many intervals."""
+    sweep_interval_seconds: float = 15.0
+    """How often beat runs the sweeper (outbox and lost leases)."""
+    undispatched_after_seconds: float = 30.0
+    """The sweeper publishes jobs still unpublished after this long (a crash or a broker outage
+    between commit and publish)."""
+    undispatched_fail_after_seconds: float = 900.0
+    """A job that could not be published for this long fails its task with a clear error."""
+    lease_grace_seconds: float = 5.0
+    """The sweeper re-publishes an active task whose lease ran out this long ago."""
+
     redis_visibility_timeout_seconds: int = 43_200
     """Redis redelivers an unacknowledged job after this; keep it above the longest job."""
     worker_soft_shutdown_seconds: float = 20.0

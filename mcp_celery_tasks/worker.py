@@ -380,7 +380,7 @@ def install(app: Celery, settings: Settings, *, load_tools: bool = True) -> Work
 
     @app.task(name=SWEEP, ignore_result=True)
     def sweep() -> int:
-        return gc.sweep(store, publish_job)
+        return gc.sweep(store, publish_job, settings)
 
     if load_tools:
         load_tool_modules(settings.tool_modules)

@@ -317,3 +317,24 @@ WHERE status IN ('completed', 'failed', 'cancelled')
   AND (%(owner)s::text IS NULL OR owner = %(owner)s)
   AND created_at < now() - %(older_than_s)s * interval '1 second'
 """
+
+FAIL_UNDISPATCHED: Final[LiteralString] = f"""
+WITH upd AS (
+    UPDATE mcp_tasks
+    SET status = 'failed', error = %(error)s, status_message = %(message)s, last_updated_at = now(),
+        finished_at = now(), expires_at = {_EXPIRES}
+    WHERE dispatched_at IS NULL AND status IN {ACTIVE_SQL}
+      AND created_at < now() - %(older_than_s)s * interval '1 second'
+    RETURNING task_id
+)
+SELECT task_id, pg_notify('{NOTIFY_CHANNEL}', task_id) FROM upd
+"""
+
+RECORD_RUN: Final[LiteralString] = """
+INSERT INTO mcp_maintenance (job, last_run_at, last_count) VALUES (%(job)s, now(), %(count)s)
+ON CONFLICT (job) DO UPDATE SET last_run_at = now(), last_count = EXCLUDED.last_count
+"""
+
+SECONDS_SINCE_RUN: Final[LiteralString] = """
+SELECT EXTRACT(EPOCH FROM (now() - last_run_at))::float AS seconds FROM mcp_maintenance WHERE job = %(job)s
+"""

@@ -210,6 +210,17 @@ class WorkerStore:
                 return None
             return conn.execute(queries.DELETE_EXPIRED, {"limit": limit}).rowcount
 
+    def fail_undispatched(self, older_than_s: float, error: dict[str, Any], message: str) -> int:
+        params = {"older_than_s": older_than_s, "error": Jsonb(error), "message": message}
+        return len(self._fetch(queries.FAIL_UNDISPATCHED, params))
+
+    def record_run(self, job: str, count: int) -> None:
+        self._execute(queries.RECORD_RUN, {"job": job, "count": count})
+
+    def seconds_since_run(self, job: str) -> float | None:
+        rows = self._fetch(queries.SECONDS_SINCE_RUN, {"job": job})
+        return float(rows[0]["seconds"]) if rows else None
+
     def undispatched(self, older_than_s: float, limit: int) -> list[tuple[str, str]]:
         rows = self._fetch(queries.UNDISPATCHED, {"older_than_s": older_than_s, "limit": limit})
         return [(row["job_id"], row["queue"]) for row in rows]
