@@ -24,8 +24,8 @@ from typing import Any
 from celery import Celery, signals
 from mcp_types import jsonrpc as codes
 
+from mcp_celery_tasks import channel, gc
 from mcp_celery_tasks import context as ctxmod
-from mcp_celery_tasks import gc
 from mcp_celery_tasks.celery_app import COLLECT_GARBAGE, RUN_TOOL, SWEEP
 from mcp_celery_tasks.channel import Inbox
 from mcp_celery_tasks.context import TaskContext
@@ -371,16 +371,13 @@ def install(app: Celery, settings: Settings, *, load_tools: bool = True) -> Work
         if outcome.retry_in is not None:
             raise self.retry(countdown=outcome.retry_in, max_retries=None)
 
-    def publish_job(job_id: str, queue: str) -> None:
-        app.send_task(RUN_TOOL, args=[job_id], task_id=job_id, queue=queue)
-
     @app.task(name=COLLECT_GARBAGE, ignore_result=True)
     def collect_garbage() -> int:
         return gc.collect_garbage(store)
 
     @app.task(name=SWEEP, ignore_result=True)
     def sweep() -> int:
-        return gc.sweep(store, publish_job, settings)
+        return gc.sweep(store, lambda job_id, queue: channel.publish_job(app, job_id, queue), settings)
 
     if load_tools:
         load_tool_modules(settings.tool_modules)
