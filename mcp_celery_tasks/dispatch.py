@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mcp_celery_tasks import handlers
+from mcp_celery_tasks import handlers, push
 from mcp_celery_tasks.errors import (
     HeaderMismatch,
     InfrastructureError,
@@ -27,6 +27,7 @@ from mcp_celery_tasks.errors import (
     UnsupportedVersion,
 )
 from mcp_celery_tasks.handlers import Deferred, RequestContext, Services
+from mcp_celery_tasks.push import Stream
 from mcp_celery_tasks.wire import MODERN_VERSION, SERVER_INFO_META_KEY, RequestMeta
 
 __all__ = ["METHODS", "Headers", "Reply", "dispatch"]
@@ -47,6 +48,11 @@ METHODS: dict[str, dict[str, Handler]] = {
 }
 """Methods per protocol era. Absent on purpose: ``tasks/result`` and ``tasks/list`` (SEP-2663
 removed them; callers MUST get -32601) and ``ping`` (removed in 2026-07-28)."""
+
+StreamHandler = Callable[[Services, RequestContext, dict[str, Any], Any], Awaitable[Stream]]
+
+STREAMS: dict[str, dict[str, StreamHandler]] = {MODERN_VERSION: {"subscriptions/listen": push.listen}}
+"""Methods answered with an SSE stream of notifications before their result."""
 
 SUPPORTED_VERSIONS = tuple(METHODS)
 
@@ -78,6 +84,7 @@ class Reply:
     body: dict[str, Any] | None
     deferred: Deferred | None = None
     request_id: Any = None
+    stream: Stream | None = None
 
 
 def decode_header_value(value: str) -> str:
@@ -185,12 +192,16 @@ async def _dispatch(services: Services, body: Any, headers: Headers, principal: 
         # notifications/cancelled MUST NOT cancel tasks (SEP-2663); nothing else is expected.
         return Reply(202, None)
     _check_headers(method, params, headers)
-    table = METHODS[MODERN_VERSION]
-    handler = table.get(method)
-    if handler is None:
+    handler = METHODS[MODERN_VERSION].get(method)
+    streamer = STREAMS[MODERN_VERSION].get(method)
+    if handler is None and streamer is None:
         raise MethodNotFound(f"Method not found: {method}")
     meta = _meta(method, params, headers)
     ctx = RequestContext(principal=principal, meta=meta)
+    if streamer is not None:
+        stream = await streamer(services, ctx, params, request_id)
+        return Reply(200, None, request_id=request_id, stream=stream)
+    assert handler is not None
     result = await handler(services, ctx, params)
     if isinstance(result, Deferred):
         return Reply(200, None, deferred=result, request_id=request_id)

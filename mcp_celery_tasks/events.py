@@ -45,7 +45,12 @@ class TaskEvents:
     @contextlib.contextmanager
     def watch(self, task_id: str) -> Iterator[asyncio.Event]:
         """An event set whenever ``task_id`` may have changed."""
-        event = asyncio.Event()
+        with self.watch_with(task_id, asyncio.Event()) as event:
+            yield event
+
+    @contextlib.contextmanager
+    def watch_with(self, task_id: str, event: asyncio.Event) -> Iterator[asyncio.Event]:
+        """Set ``event`` whenever ``task_id`` may have changed (one event may watch many tasks)."""
         self._watchers.setdefault(task_id, set()).add(event)
         try:
             yield event

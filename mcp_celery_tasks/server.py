@@ -29,6 +29,7 @@ from mcp_celery_tasks.channel import CircuitBreaker, Publisher
 from mcp_celery_tasks.errors import InvalidRequest, ParseError, ProtocolError
 from mcp_celery_tasks.events import TaskEvents
 from mcp_celery_tasks.handlers import Services
+from mcp_celery_tasks.push import Stream
 from mcp_celery_tasks.registry import load_tool_modules
 from mcp_celery_tasks.sealing import Sealer
 from mcp_celery_tasks.settings import Settings
@@ -148,6 +149,12 @@ def create_server(settings: Settings) -> FastAPI:
             name=_header(request, "mcp-name"),
         )
         reply = await dispatch.dispatch(services, body, headers, principal)
+        if reply.stream is not None:
+            return StreamingResponse(
+                _sse_stream(services, reply.stream),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
         if reply.deferred is None:
             if reply.body is None:
                 return Response(status_code=reply.http_status)
@@ -188,6 +195,33 @@ async def _sse(services: Services, reply: dispatch.Reply) -> AsyncIterator[str]:
             settled.cancel()  # the client closed the stream: cancel the request (and its task)
             with contextlib.suppress(asyncio.CancelledError):
                 await settled
+
+
+async def _sse_stream(services: Services, stream: Stream) -> AsyncIterator[str]:
+    """Forward a notification stream as SSE, with keep-alive comments while it is quiet."""
+    messages = aiter(stream.messages)
+    upcoming: asyncio.Task[dict[str, Any]] | None = None
+    try:
+        while True:
+            if upcoming is None:
+                upcoming = asyncio.ensure_future(anext(messages))
+            done, _ = await asyncio.wait({upcoming}, timeout=services.settings.sse_keepalive_seconds)
+            if not done:
+                yield ": keep-alive\n\n"
+                continue
+            try:
+                message = upcoming.result()
+            except StopAsyncIteration:
+                return
+            upcoming = None
+            yield f"event: message\ndata: {pydantic_core.to_json(message).decode()}\n\n"
+    finally:
+        if upcoming is not None and not upcoming.done():
+            upcoming.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await upcoming
+        with contextlib.suppress(Exception):
+            await stream.messages.aclose()  # type: ignore[attr-defined]
 
 
 async def _json_when_settled(services: Services, reply: dispatch.Reply, request: Request) -> Response:

@@ -115,6 +115,11 @@ class Settings(BaseSettings):
     request_state_ttl_seconds: float = 600.0
     """How long an MRTR ``requestState`` stays valid."""
 
+    max_subscription_task_ids: int = 100
+    """Most taskIds one ``subscriptions/listen`` may watch."""
+    push_recheck_seconds: float = 0.25
+    """A subscription re-reads its tasks this often (statusMessage changes send no NOTIFY)."""
+
     gc_interval_seconds: float = 60.0
     """How often beat collects expired tasks."""
     gc_alarm_intervals: int = 3

@@ -1,0 +1,96 @@
+"""``subscriptions/listen`` for task notifications: push instead of polling.
+
+The stream acknowledges the task ids the caller may see, then sends ``notifications/tasks``
+(the full DetailedTask, as tasks/get would return it at that moment) whenever a task changes,
+and ends with the subscription's final result once every task is terminal. Changes come from
+the TaskEvents hub (LISTEN on status transitions, so any API replica sees any worker's
+change) plus a light re-read for statusMessage updates, which send no NOTIFY. A subscriber
+holds only the last state it sent per task: memory is bounded, and a slow client only slows
+its own stream (notifications coalesce to the latest state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_celery_tasks.errors import InvalidParams, MissingCapability
+from mcp_celery_tasks.handlers import RequestContext, Services, detailed_task
+from mcp_celery_tasks.wire import dump
+
+__all__ = ["SUBSCRIPTION_ID", "Stream", "listen"]
+
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Messages for an SSE response; the last one is the JSON-RPC result."""
+
+    messages: AsyncIterator[dict[str, Any]]
+
+
+async def listen(services: Services, ctx: RequestContext, params: dict[str, Any], request_id: Any) -> Stream:
+    notifications = params.get("notifications") or {}
+    if not isinstance(notifications, dict):
+        raise InvalidParams("notifications must be an object")
+    requested = notifications.get("taskIds")
+    if requested is None:
+        raise InvalidParams("This server offers task notifications only: pass notifications.taskIds")
+    if not ctx.declares_tasks:
+        raise MissingCapability()  # SEP-2663: taskIds from a non-declaring client -> -32021
+    if not isinstance(requested, list) or not all(isinstance(t, str) for t in requested):
+        raise InvalidParams("notifications.taskIds must be a list of task ids")
+    limit = services.settings.max_subscription_task_ids
+    if len(requested) > limit:
+        raise InvalidParams(f"At most {limit} taskIds per subscription")
+    unique = list(dict.fromkeys(requested))
+    # Only ids that exist and belong to the caller are acknowledged (SPEC-CHECKLIST Q-21):
+    # a foreign id is treated exactly like an unknown one.
+    owned = {t.task_id for t in await services.store.get_tasks(unique) if t.owner == ctx.principal}
+    accepted = [task_id for task_id in unique if task_id in owned]
+    return Stream(_messages(services, ctx.principal, request_id, accepted))
+
+
+def _notification(method: str, request_id: Any, body: dict[str, Any]) -> dict[str, Any]:
+    meta = dict(body.pop("_meta", None) or {})
+    meta[SUBSCRIPTION_ID] = request_id
+    return {"jsonrpc": "2.0", "method": method, "params": {"_meta": meta, **body}}
+
+
+async def _messages(
+    services: Services, principal: str, request_id: Any, task_ids: list[str]
+) -> AsyncIterator[dict[str, Any]]:
+    # The acknowledgement MUST be the first message, listing only what we agreed to.
+    ack = {"notifications": {"taskIds": task_ids}}
+    yield _notification("notifications/subscriptions/acknowledged", request_id, ack)
+    sent: dict[str, tuple[Any, ...]] = {}
+    pending = set(task_ids)
+    changed = asyncio.Event()
+    recheck = services.settings.push_recheck_seconds
+    with contextlib.ExitStack() as watches:
+        for task_id in task_ids:
+            watches.enter_context(services.events.watch_with(task_id, changed))
+        while pending:
+            changed.clear()
+            records = [r for r in await services.store.get_tasks(sorted(pending)) if r.owner == principal]
+            found = {record.task_id for record in records}
+            pending &= found  # a task collected meanwhile ends its part of the stream
+            for record in sorted(records, key=lambda r: r.last_updated_at):
+                state = (record.status, record.status_message, record.last_updated_at)
+                if sent.get(record.task_id) == state:
+                    continue
+                sent[record.task_id] = state
+                detailed = dump(await detailed_task(services, record))
+                detailed.pop("resultType", None)  # a notification, not a result
+                yield _notification("notifications/tasks", request_id, detailed)
+                if not record.active:
+                    pending.discard(record.task_id)
+            if pending:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), timeout=recheck)
+    final = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: request_id}}
+    yield {"jsonrpc": "2.0", "id": request_id, "result": final}
