@@ -67,6 +67,7 @@ class TaskContext:
         client_capabilities: dict[str, Any] | None = None,
         strict_capabilities: bool = True,
         input_timeout_s: float = 1500.0,
+        max_outstanding_inputs: int = 16,
         report_interval_s: float = 0.25,
         cancel_check_interval_s: float = 0.2,
         max_status_chars: int = 1024,
@@ -88,6 +89,7 @@ class TaskContext:
         self._capabilities: dict[str, Any] = dict(client_capabilities or {})
         self._strict = strict_capabilities
         self._input_timeout_s = input_timeout_s
+        self._max_outstanding = max_outstanding_inputs
         self._ordinal = 0
         self._asked: dict[str, str] = {}
 
@@ -216,6 +218,8 @@ class TaskContext:
             self._asked[key] = digest
             prepared[key] = (method, params, digest)
             order.append(key)
+        if len(prepared) > self._max_outstanding:
+            raise ValueError(f"at most {self._max_outstanding} input requests may be outstanding at once")
         self.raise_if_cancelled()
         answers = self._runtime.ask(prepared, self._input_timeout_s)
         return {key: answers[key] for key in order}

@@ -7,9 +7,10 @@ import logging
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import pydantic_core
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.errors import (
@@ -60,6 +61,8 @@ class Services:
     publisher: Publisher
     server_version: str
     sealer: Sealer
+    subscriptions: dict[str, int] = field(default_factory=dict)
+    """Open subscriptions per principal in this process."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ async def call_tool(services: Services, ctx: RequestContext, params: dict[str, A
     spec = get_tool(call.name)
     if spec is None:
         raise InvalidParams(f"Unknown tool: {call.name}")
+    if call.arguments and len(pydantic_core.to_json(call.arguments)) > services.settings.max_arguments_bytes:
+        raise InvalidParams(f"arguments are larger than {services.settings.max_arguments_bytes} bytes")
     arguments = spec.validate_arguments(call.arguments or {})
     tasked = ctx.declares_tasks
     if spec.mode == "required" and not tasked:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_celery_tasks.errors import InvalidParams, MissingCapability
+from mcp_celery_tasks.errors import InvalidParams, InvalidRequest, MissingCapability
 from mcp_celery_tasks.handlers import RequestContext, Services, detailed_task
 from mcp_celery_tasks.wire import dump
 
@@ -47,12 +47,32 @@ async def listen(services: Services, ctx: RequestContext, params: dict[str, Any]
     limit = services.settings.max_subscription_task_ids
     if len(requested) > limit:
         raise InvalidParams(f"At most {limit} taskIds per subscription")
+    open_streams = services.subscriptions.get(ctx.principal, 0)
+    if open_streams >= services.settings.max_subscriptions_per_principal:
+        raise InvalidRequest(
+            f"At most {services.settings.max_subscriptions_per_principal} open subscriptions"
+        )
     unique = list(dict.fromkeys(requested))
     # Only ids that exist and belong to the caller are acknowledged (SPEC-CHECKLIST Q-21):
     # a foreign id is treated exactly like an unknown one.
     owned = {t.task_id for t in await services.store.get_tasks(unique) if t.owner == ctx.principal}
     accepted = [task_id for task_id in unique if task_id in owned]
-    return Stream(_messages(services, ctx.principal, request_id, accepted))
+    return Stream(_counted(services, ctx.principal, _messages(services, ctx.principal, request_id, accepted)))
+
+
+async def _counted(
+    services: Services, principal: str, messages: AsyncIterator[dict[str, Any]]
+) -> AsyncIterator[dict[str, Any]]:
+    services.subscriptions[principal] = services.subscriptions.get(principal, 0) + 1
+    try:
+        async for message in messages:
+            yield message
+    finally:
+        left = services.subscriptions.get(principal, 1) - 1
+        if left:
+            services.subscriptions[principal] = left
+        else:
+            services.subscriptions.pop(principal, None)
 
 
 def _notification(method: str, request_id: Any, body: dict[str, Any]) -> dict[str, Any]:

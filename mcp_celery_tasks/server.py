@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from mcp_celery_tasks import dispatch
-from mcp_celery_tasks.auth import Unauthorized, authenticate
+from mcp_celery_tasks.auth import METADATA_PATH, Authenticator, Unauthorized
 from mcp_celery_tasks.celery_app import create_app
 from mcp_celery_tasks.channel import CircuitBreaker, Publisher
 from mcp_celery_tasks.errors import InvalidRequest, ParseError, ProtocolError
@@ -90,6 +90,7 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
 def create_server(settings: Settings) -> FastAPI:
     """The ASGI app. Publishing, the event hub and the pool start with the lifespan."""
     holder: dict[str, Services] = {}
+    authenticator = Authenticator(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -128,14 +129,15 @@ def create_server(settings: Settings) -> FastAPI:
         origin = request.headers.get("origin")
         if origin is not None and not _origin_allowed(origin, settings):
             return _error(403, InvalidRequest("Origin not allowed"))
+        authorization = request.headers.get("authorization")
         try:
-            principal = authenticate(settings, request.headers.get("authorization"))
+            if authorization and authorization.count(".") == 2 and settings.jwt_jwks_url:
+                principal = await asyncio.to_thread(authenticator.principal, authorization)  # may fetch JWKS
+            else:
+                principal = authenticator.principal(authorization)
         except Unauthorized as exc:
-            return _error(
-                401,
-                InvalidRequest(f"Unauthorized: {exc}"),
-                **{"WWW-Authenticate": 'Bearer realm="mcp", error="invalid_token"'},
-            )
+            challenge = authenticator.challenge(str(request.base_url), str(exc))
+            return _error(401, InvalidRequest(f"Unauthorized: {exc}"), **{"WWW-Authenticate": challenge})
         raw = await _read_body(request, settings.max_body_bytes)
         if raw is None:
             return _error(413, InvalidRequest(f"Request body larger than {settings.max_body_bytes} bytes"))
@@ -172,6 +174,10 @@ def create_server(settings: Settings) -> FastAPI:
     async def mcp_other() -> Response:
         # Stateless 2026-07-28: no standalone stream, no session to delete.
         return Response(status_code=405, headers={"Allow": "POST"})
+
+    @app.get(METADATA_PATH)
+    async def protected_resource_metadata(request: Request) -> Response:
+        return _json(200, authenticator.metadata(str(request.base_url)))
 
     @app.get("/healthz")
     async def healthz() -> Response:

@@ -41,6 +41,20 @@ class Settings(BaseSettings):
     auth_tokens: dict[str, str] = Field(default_factory=dict)
     """Static bearer tokens, ``{"name": "token"}``; the principal is ``token:<name>``. Empty: auth off."""
 
+    jwt_issuer: str | None = None
+    """OAuth 2.1 resource-server mode: accept JWT access tokens from this issuer (``iss``);
+    the principal is ``jwt:<issuer>#<sub>``. Static tokens keep working beside it."""
+    jwt_audience: str | None = None
+    """Required ``aud`` of access tokens (this server's resource identifier)."""
+    jwt_jwks_url: str | None = None
+    """Where the issuer publishes its signing keys (JWKS)."""
+    jwt_public_key: str | None = None
+    """A PEM public key (or an HMAC secret for HS* algorithms) instead of a JWKS URL."""
+    jwt_algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"])
+    """Signature algorithms accepted for access tokens."""
+    resource_url: str | None = None
+    """This server's public URL, announced in the protected-resource metadata document."""
+
     allowed_origins: list[str] = Field(default_factory=list)
     """Origins accepted besides loopback ones. Requests without an Origin header are accepted."""
 
@@ -66,6 +80,12 @@ class Settings(BaseSettings):
 
     max_body_bytes: int = 1_048_576
     """Largest request body accepted (HTTP 413 above)."""
+    max_arguments_bytes: int = 262_144
+    """Largest ``arguments`` object of a tools/call (as JSON); larger calls get -32602."""
+    max_outstanding_inputs: int = 16
+    """Most input requests one task may have outstanding at once."""
+    max_subscriptions_per_principal: int = 32
+    """Most open ``subscriptions/listen`` streams per principal and API process."""
     max_result_bytes: int = 4_194_304
     """Largest tool result stored; above it the call ends with ``isError``."""
     max_status_message_chars: int = 1024
@@ -155,7 +175,7 @@ class Settings(BaseSettings):
 
     @property
     def auth_enabled(self) -> bool:
-        return bool(self.auth_tokens)
+        return bool(self.auth_tokens) or self.jwt_issuer is not None
 
 
 def markdown_table() -> str:

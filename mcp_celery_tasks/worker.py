@@ -230,6 +230,7 @@ class JobRunner:
             client_capabilities=claimed.client_capabilities,
             strict_capabilities=self._settings.strict_input_capabilities,
             input_timeout_s=self._input_timeout(spec, claimed),
+            max_outstanding_inputs=self._settings.max_outstanding_inputs,
             report_interval_s=self._settings.report_min_interval_seconds,
             cancel_check_interval_s=self._settings.cancel_check_interval_seconds,
             max_status_chars=self._settings.max_status_message_chars,

@@ -1,0 +1,110 @@
+"""OAuth 2.1 resource-server mode: JWT access tokens, WWW-Authenticate, resource metadata."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from tests.support import Client, Proc, Stack, free_port, start_api
+
+ISSUER = "https://issuer.example"
+AUDIENCE = "https://mcp.example/mcp"
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def token(sub: str, *, key: Any = KEY, iss: str = ISSUER, aud: str = AUDIENCE, ttl: float = 300) -> str:
+    now = int(time.time())
+    claims = {"iss": iss, "aud": aud, "sub": sub, "iat": now, "exp": now + int(ttl)}
+    return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
+
+
+class _Jwks(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key()))
+        body = json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def jwks_url() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", free_port()), _Jwks)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/jwks.json"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module", params=["jwks", "pem"])
+def jwt_api(request: pytest.FixtureRequest, stack: Stack, jwks_url: str) -> Iterator[str]:
+    env = dict(stack.env)
+    env.update({"MCP_TASKS_JWT_ISSUER": ISSUER, "MCP_TASKS_JWT_AUDIENCE": AUDIENCE})
+    if request.param == "jwks":
+        env["MCP_TASKS_JWT_JWKS_URL"] = jwks_url
+    else:
+        env["MCP_TASKS_JWT_PUBLIC_KEY"] = (
+            KEY.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        ).decode()
+    proc: Proc
+    proc, url = start_api(f"jwt-api-{request.param}", env)
+    yield url
+    proc.stop()
+
+
+def test_valid_jwt_is_accepted_and_owns_its_tasks_as_issuer_and_subject(jwt_api: str, stack: Stack) -> None:
+    alice = Client(jwt_api, token=token("alice"))
+    task_id = alice.start("noop")
+    assert alice.wait_status(task_id)["status"] == "completed"
+    assert stack.row(task_id)["owner"] == f"jwt:{ISSUER}#alice"
+    bob = Client(jwt_api, token=token("bob"))
+    foreign = bob.get(task_id)
+    unknown = bob.get("no-such-task-id")
+    assert foreign.error == unknown.error
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(lambda: token("alice", ttl=-120), id="expired"),
+        pytest.param(lambda: token("alice", aud="https://other.example"), id="wrong-audience"),
+        pytest.param(lambda: token("alice", iss="https://evil.example"), id="wrong-issuer"),
+        pytest.param(lambda: token("alice", key=OTHER_KEY), id="bad-signature"),
+        pytest.param(lambda: "not.a.jwt", id="garbage"),
+    ],
+)
+def test_bad_jwt_is_401_with_a_challenge_pointing_at_the_metadata(jwt_api: str, bad: Any) -> None:
+    reply = Client(jwt_api, token=bad()).call_tool("noop")
+    assert reply.status == 401
+    challenge = reply.headers["www-authenticate"]
+    assert challenge.startswith("Bearer ") and 'error="invalid_token"' in challenge
+    assert "resource_metadata=" in challenge and "/.well-known/oauth-protected-resource" in challenge
+
+
+def test_missing_token_is_401(jwt_api: str) -> None:
+    assert Client(jwt_api).call_tool("noop").status == 401
+
+
+def test_protected_resource_metadata_names_the_issuer(jwt_api: str) -> None:
+    base = jwt_api.removesuffix("/mcp")
+    document = httpx.get(base + "/.well-known/oauth-protected-resource").json()
+    assert document["authorization_servers"] == [ISSUER]
+    assert document["resource"].endswith("/mcp")
+    assert document["bearer_methods_supported"] == ["header"]
