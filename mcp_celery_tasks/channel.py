@@ -10,6 +10,7 @@ latency only, because the waiter re-reads its row.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import queue
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kombu import Consumer, Exchange, Queue
+
+from mcp_celery_tasks import metrics
 
 __all__ = ["RUN_TOOL", "CircuitBreaker", "Inbox", "Publisher", "inbox_queue", "publish_job", "send_wake"]
 
@@ -102,6 +105,7 @@ class _Op:
     queue: str = ""
     inbox: str = ""
     task_id: str = ""
+    probe: concurrent.futures.Future[bool] | None = None
 
 
 class Publisher:
@@ -142,6 +146,12 @@ class Publisher:
     def revoke(self, job_id: str) -> None:
         self._queue.put(_Op("revoke", time.monotonic() + self._deadline_s, job_id=job_id))
 
+    def check_broker(self) -> concurrent.futures.Future[bool]:
+        """Resolves True once the publisher thread reached the broker (for readiness)."""
+        done: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        self._queue.put(_Op("ping", time.monotonic() + self._deadline_s, probe=done))
+        return done
+
     # ---- the thread ------------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -167,6 +177,9 @@ class Publisher:
                 self._flush(published)
 
     def _run(self, op: _Op, published: list[str]) -> None:
+        if op.kind == "ping":
+            self._ping(op)
+            return
         if time.monotonic() > op.deadline or not self.breaker.allow():
             # Left for the sweeper (jobs) or for the waiter's own re-reads (wake-ups).
             self.dropped += 1
@@ -183,12 +196,23 @@ class Publisher:
             elif op.kind == "revoke":
                 self._app.control.revoke(op.job_id)
             self.breaker.success()
+            metrics.breaker_open.set(0)
         except Exception:
             self.breaker.failure()
+            metrics.breaker_open.set(1 if self.breaker.state == "open" else 0)
             self.dropped += 1
             logger.warning(
                 "broker operation %s failed (breaker %s)", op.kind, self.breaker.state, exc_info=True
             )
+
+    def _ping(self, op: _Op) -> None:
+        assert op.probe is not None
+        try:
+            with self._app.connection_for_write() as conn:
+                conn.ensure_connection(max_retries=1, timeout=2)
+            op.probe.set_result(True)
+        except Exception:
+            op.probe.set_result(False)
 
     def _flush(self, published: list[str]) -> None:
         if not published:

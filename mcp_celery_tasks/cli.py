@@ -1,13 +1,20 @@
-"""The composition root: ``mcp-celery-tasks serve | worker | beat | migrate``.
+"""The composition root: ``mcp-celery-tasks serve | worker | beat | migrate | dev | call | tasks``.
 
 Every command reads Settings from ``MCP_TASKS_*``; flags override the common ones.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import logging
 import os
+import sys
+import tempfile
+
+# Prefork workers keep Prometheus metrics in a shared folder; prometheus_client reads this
+# variable when it is first imported, so it is set before anything imports it.
+if len(sys.argv) > 1 and sys.argv[1] == "worker" and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="mcp-worker-metrics-")
+
+import ipaddress
 import socket
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +23,7 @@ import typer
 
 from mcp_celery_tasks import migrate as migrations
 from mcp_celery_tasks.admin import admin_app
+from mcp_celery_tasks.logs import configure_logging
 from mcp_celery_tasks.settings import Settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="MCP Tasks on Celery and Postgres.")
@@ -76,7 +84,7 @@ def serve(
             err=True,
         )
         raise typer.Exit(2)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(log_level)
     uvicorn.run(
         create_server(settings),
         host=bind,
@@ -99,6 +107,8 @@ def worker(
     log_level: Annotated[str, typer.Option(help="Log level")] = "info",
 ) -> None:
     """Run a Celery worker that executes tool jobs (and, with -Q mcp.maintenance, beat jobs)."""
+    from celery import signals
+
     from mcp_celery_tasks.celery_app import create_app
     from mcp_celery_tasks.worker import install
 
@@ -108,6 +118,11 @@ def worker(
     settings = _settings(database_url, broker_url, tools)
     celery = create_app(settings)
     install(celery, settings)
+
+    @signals.setup_logging.connect(weak=False)
+    def _logging(**_: object) -> None:  # Celery then leaves logging to us
+        configure_logging(log_level)
+
     argv = ["worker", "-P", pool, "-Q", queues or settings.default_queue, "--loglevel", log_level]
     if concurrency:
         argv += ["-c", str(concurrency)]

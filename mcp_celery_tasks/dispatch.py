@@ -9,13 +9,14 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from mcp_celery_tasks import handlers, push
+from mcp_celery_tasks import handlers, metrics, push
 from mcp_celery_tasks.errors import (
     HeaderMismatch,
     InfrastructureError,
@@ -33,6 +34,7 @@ from mcp_celery_tasks.wire import MODERN_VERSION, SERVER_INFO_META_KEY, RequestM
 __all__ = ["METHODS", "Headers", "Reply", "dispatch"]
 
 logger = logging.getLogger(__name__)
+request_log = logging.getLogger("mcp_celery_tasks.requests")
 
 Handler = Callable[[Services, RequestContext, dict[str, Any]], Awaitable[handlers.Result]]
 
@@ -85,6 +87,8 @@ class Reply:
     deferred: Deferred | None = None
     request_id: Any = None
     stream: Stream | None = None
+    method: str = "other"
+    started: float = 0.0
 
 
 def decode_header_value(value: str) -> str:
@@ -127,11 +131,38 @@ def as_protocol_error(exc: BaseException) -> ProtocolError:
 
 async def dispatch(services: Services, body: Any, headers: Headers, principal: str) -> Reply:
     request_id = body.get("id") if isinstance(body, dict) else None
+    method = metrics.method_label(str(body.get("method"))) if isinstance(body, dict) else "other"
+    started = time.perf_counter()
     try:
-        return await _dispatch(services, body, headers, principal)
+        reply = await _dispatch(services, body, headers, principal)
     except Exception as exc:
         error = as_protocol_error(exc)
-        return Reply(error.http_status, error_body(request_id, error), request_id=request_id)
+        reply = Reply(error.http_status, error_body(request_id, error), request_id=request_id)
+    reply.method, reply.started = method, started
+    if reply.deferred is None and reply.stream is None:
+        _observe(reply)
+    return reply
+
+
+def _observe(reply: Reply) -> None:
+    """Count and time a finished request; log it (method, code, latency; never its params)."""
+    code = (reply.body or {}).get("error", {}).get("code", 0) if reply.body else 0
+    elapsed = time.perf_counter() - reply.started
+    metrics.rpc_requests.labels(reply.method, str(code)).inc()
+    metrics.rpc_seconds.labels(reply.method).observe(elapsed)
+    if request_log.isEnabledFor(logging.INFO):
+        request_log.info(
+            "%s %s %.1f ms",
+            reply.method,
+            code,
+            elapsed * 1000,
+            extra={
+                "event": "rpc",
+                "method": reply.method,
+                "code": code,
+                "latency_ms": round(elapsed * 1000, 2),
+            },
+        )
 
 
 def _check_headers(method: str, params: dict[str, Any], headers: Headers) -> None:
@@ -214,5 +245,8 @@ async def settle(services: Services, reply: Reply) -> dict[str, Any]:
     try:
         result = await reply.deferred.wait()
     except Exception as exc:
-        return error_body(reply.request_id, as_protocol_error(exc))
-    return result_body(services, reply.request_id, dict(result))
+        reply.body = error_body(reply.request_id, as_protocol_error(exc))
+    else:
+        reply.body = result_body(services, reply.request_id, dict(result))
+    _observe(reply)
+    return reply.body

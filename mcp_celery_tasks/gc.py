@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from mcp_types import jsonrpc as codes
 
+from mcp_celery_tasks import metrics
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
 
@@ -36,6 +37,8 @@ def collect_garbage(store: WorkerStore, *, batch: int = 1000, max_batches: int =
         if count < batch:
             break
     store.record_run("collect_garbage", deleted)
+    metrics.gc_deleted.inc(deleted)
+    metrics.gc_last_run.set_to_current_time()
     if deleted:
         logger.info("collected %d expired tasks", deleted)
     return deleted
@@ -73,6 +76,7 @@ def sweep(store: WorkerStore, publish_job: PublishJob, settings: Settings, *, li
         publish_job(job_id, queue)
         republished += 1
     if republished:
+        metrics.sweeper_republished.inc(republished)
         logger.info("sweeper re-published %d jobs", republished)
     overdue = gc_overdue(store, settings)
     if overdue is not None:

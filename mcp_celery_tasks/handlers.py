@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import secrets
 import uuid
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 import pydantic_core
 from mcp_types import jsonrpc as codes
 
+from mcp_celery_tasks import metrics
 from mcp_celery_tasks.errors import (
     InternalError,
     InvalidParams,
@@ -51,6 +53,7 @@ class Publisher(Protocol):
     def publish_job(self, job_id: str, queue_name: str) -> None: ...
     def wake(self, inbox: str, task_id: str) -> None: ...
     def revoke(self, job_id: str) -> None: ...
+    def check_broker(self) -> concurrent.futures.Future[bool]: ...
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,7 @@ async def call_tool(services: Services, ctx: RequestContext, params: dict[str, A
     # The row is committed (autocommit): a tasks/get for this id resolves from here on
     # (SEP-2663 S-12). Publishing happens off the loop; the sweeper covers a crash here.
     services.publisher.publish_job(record.job_id, record.queue)
+    metrics.tasks_created.labels(spec.name, "task" if as_task else "sync").inc()
     if as_task:
         return dump(_created(record))
     return Deferred(lambda: _await_sync(services, ctx, spec, arguments, record.task_id))
@@ -393,6 +397,7 @@ async def cancel_task(services: Services, ctx: RequestContext, params: dict[str,
 async def _cancel(services: Services, task_id: str, owner: str, message: str | None) -> bool:
     outcome = await services.store.request_cancel(task_id, owner, message)
     if outcome.cancelled_now and outcome.job_id:
+        metrics.cancels_requested.labels(outcome.tool or "unknown").inc()
         if outcome.previous_status == "input_required" and outcome.inbox:
             services.publisher.wake(outcome.inbox, task_id)
         # Without terminate: a queued job then never starts; a running one notices the row.

@@ -6,10 +6,11 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 
 from mcp_celery_tasks.settings import Settings
 
-__all__ = ["alembic_config", "check", "downgrade", "upgrade"]
+__all__ = ["alembic_config", "check", "downgrade", "head_revision", "upgrade"]
 
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,6 +28,12 @@ def upgrade(settings: Settings, revision: str = "head") -> None:
 
 def downgrade(settings: Settings, revision: str) -> None:
     command.downgrade(alembic_config(settings), revision)
+
+
+def head_revision() -> str | None:
+    """The newest migration shipped with this code."""
+    script = ScriptDirectory(str(_ROOT / "migrations"))
+    return script.get_current_head()
 
 
 def check(settings: Settings) -> None:

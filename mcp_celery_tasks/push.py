@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from mcp_celery_tasks import metrics
 from mcp_celery_tasks.errors import InvalidParams, InvalidRequest, MissingCapability
 from mcp_celery_tasks.handlers import RequestContext, Services, detailed_task
 from mcp_celery_tasks.wire import dump
@@ -64,10 +65,12 @@ async def _counted(
     services: Services, principal: str, messages: AsyncIterator[dict[str, Any]]
 ) -> AsyncIterator[dict[str, Any]]:
     services.subscriptions[principal] = services.subscriptions.get(principal, 0) + 1
+    metrics.hub_subscribers.inc()
     try:
         async for message in messages:
             yield message
     finally:
+        metrics.hub_subscribers.dec()
         left = services.subscriptions.get(principal, 1) - 1
         if left:
             services.subscriptions[principal] = left

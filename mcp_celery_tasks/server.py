@@ -22,11 +22,11 @@ import pydantic_core
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from mcp_celery_tasks import dispatch
+from mcp_celery_tasks import dispatch, metrics, migrate
 from mcp_celery_tasks.auth import METADATA_PATH, Authenticator, Unauthorized
 from mcp_celery_tasks.celery_app import create_app
 from mcp_celery_tasks.channel import CircuitBreaker, Publisher
-from mcp_celery_tasks.errors import InvalidRequest, ParseError, ProtocolError
+from mcp_celery_tasks.errors import InfrastructureError, InvalidRequest, ParseError, ProtocolError
 from mcp_celery_tasks.events import TaskEvents
 from mcp_celery_tasks.handlers import Services
 from mcp_celery_tasks.push import Stream
@@ -91,6 +91,7 @@ def create_server(settings: Settings) -> FastAPI:
     """The ASGI app. Publishing, the event hub and the pool start with the lifespan."""
     holder: dict[str, Services] = {}
     authenticator = Authenticator(settings)
+    head = migrate.head_revision()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -181,7 +182,31 @@ def create_server(settings: Settings) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz() -> Response:
+        """The process is alive (it answers); nothing else is checked."""
         return _json(200, {"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        """Ready: Postgres answers with the migrations at head, and the broker is reachable."""
+        services = holder["services"]
+        checks: dict[str, str] = {}
+        try:
+            revision = await asyncio.wait_for(services.store.schema_revision(), 5)
+            checks["postgres"] = "ok"
+            checks["migrations"] = "ok" if revision == head else f"at {revision}, head is {head}"
+        except (InfrastructureError, TimeoutError):
+            checks["postgres"] = "unreachable"
+        try:
+            reached = await asyncio.wait_for(asyncio.wrap_future(services.publisher.check_broker()), 5)
+            checks["broker"] = "ok" if reached else "unreachable"
+        except TimeoutError:
+            checks["broker"] = "unreachable"
+        ready = all(value == "ok" for value in checks.values()) and len(checks) == 3
+        return _json(200 if ready else 503, {"ready": ready, "checks": checks})
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=metrics.CONTENT_TYPE_LATEST)
 
     return app
 

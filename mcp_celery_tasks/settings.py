@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     push_recheck_seconds: float = 0.25
     """A subscription re-reads its tasks this often (statusMessage changes send no NOTIFY)."""
 
+    worker_metrics_port: int | None = None
+    """Port where a worker serves its (prefork-merged) Prometheus metrics; off when unset."""
+
     gc_interval_seconds: float = 60.0
     """How often beat collects expired tasks."""
     gc_alarm_intervals: int = 3

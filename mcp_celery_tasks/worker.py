@@ -24,7 +24,7 @@ from typing import Any
 from celery import Celery, signals
 from mcp_types import jsonrpc as codes
 
-from mcp_celery_tasks import channel, gc
+from mcp_celery_tasks import channel, gc, metrics
 from mcp_celery_tasks import context as ctxmod
 from mcp_celery_tasks.celery_app import COLLECT_GARBAGE, RUN_TOOL, SWEEP
 from mcp_celery_tasks.channel import Inbox
@@ -131,6 +131,24 @@ class _Runtime:
             raise TaskCancelled("the task was cancelled")
         deadline = time.monotonic() + timeout_s
         keys = list(pending.values())
+        tool = self.ctx.tool_name if self.ctx is not None else "unknown"
+        waiting_since = time.monotonic()
+        metrics.inputs_waiting.labels(tool).inc()
+        try:
+            return self._wait_for_answers(inbox, pending, keys, answers, deadline, timeout_s)
+        finally:
+            metrics.inputs_waiting.labels(tool).dec()
+            metrics.input_wait_seconds.labels(tool).observe(time.monotonic() - waiting_since)
+
+    def _wait_for_answers(
+        self,
+        inbox: Inbox,
+        pending: dict[str, str],
+        keys: list[str],
+        answers: dict[str, Any],
+        deadline: float,
+        timeout_s: float,
+    ) -> dict[str, Any]:
         while True:
             mine, recorded_answers = self._store.input_state(self._task_id, self._worker, keys)
             if not mine:
@@ -236,6 +254,8 @@ class JobRunner:
             max_status_chars=self._settings.max_status_message_chars,
         )
         runtime.ctx = ctx
+        if claimed.attempts == 1:
+            metrics.task_pickup_seconds.labels(spec.name, claimed.queue).observe(claimed.age_s)
         keeper = _LeaseKeeper(self._store, ctx, me, self._settings.lease_seconds)
         keeper.start()
         started = time.monotonic()
@@ -270,17 +290,39 @@ class JobRunner:
         finally:
             keeper.stop()
         elapsed = time.monotonic() - started
+        metrics.task_run_seconds.labels(spec.name, claimed.queue).observe(elapsed)
         with contextlib.suppress(InfrastructureError):
             ctx.flush()
         if status == "cancelled":
+            metrics.cancels_effective.labels(spec.name).inc()
+            metrics.tasks_finished.labels(spec.name, "cancelled").inc()
             self._store_call(self._store.mark_stopped, claimed.task_id, me)
             logger.info("job %s stopped after cancel (%.3fs)", claimed.job_id, elapsed)
             return JobOutcome("cancelled")
         if not self._finish_with_retries(claimed, me, status, result=result, error=error, message=message):
             # The row moved on under us (cancelled, or our lease was lost): drop the result.
             self._store_call(self._store.mark_stopped, claimed.task_id, me)
+            metrics.cancels_effective.labels(spec.name).inc()
+            metrics.tasks_finished.labels(spec.name, "cancelled").inc()
             return JobOutcome("superseded")
-        logger.info("job %s %s in %.3fs", claimed.job_id, status, elapsed)
+        outcome = "tool_error" if status == "completed" and result and result.get("isError") else status
+        metrics.tasks_finished.labels(spec.name, outcome).inc()
+        logger.info(
+            "job %s %s in %.3fs",
+            claimed.job_id,
+            outcome,
+            elapsed,
+            extra={
+                "event": "task.finished",
+                "job_id": claimed.job_id,
+                "tool": spec.name,
+                "queue": claimed.queue,
+                "attempt": claimed.attempts,
+                "worker": me,
+                "outcome": outcome,
+                "duration_s": round(elapsed, 4),
+            },
+        )
         return JobOutcome(status)
 
     def _input_timeout(self, spec: ToolSpec, claimed: ClaimedTask) -> float:
@@ -359,6 +401,13 @@ def install(app: Celery, settings: Settings, *, load_tools: bool = True) -> Work
         return inboxes[pid]
 
     runner = JobRunner(store, settings, inbox)
+
+    if settings.worker_metrics_port:
+        port = settings.worker_metrics_port
+
+        @signals.worker_ready.connect(weak=False)
+        def _serve_metrics(**_: Any) -> None:
+            metrics.serve_worker_metrics(port)
 
     @app.task(name=RUN_TOOL, bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
     def run_tool(self: Any, job_id: str) -> None:

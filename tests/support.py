@@ -260,6 +260,7 @@ def stack_env(database_url: str, broker_url: str, suffix: str, **extra: str) -> 
             "MCP_TASKS_TOOL_MODULES": '["workers", "tests.fixture_tools"]',
             "MCP_TASKS_SSE_KEEPALIVE_SECONDS": "0.5",
             "MCP_TASKS_LEASE_SECONDS": "6",
+            "MCP_TASKS_WORKER_METRICS_PORT": str(free_port()),
             "PYTHONUNBUFFERED": "1",
         }
     )

@@ -42,6 +42,8 @@ def claimed(row: dict[str, Any]) -> ClaimedTask:
         client_capabilities=row["client_capabilities"],
         attempts=row["attempts"],
         max_attempts=row["max_attempts"],
+        queue=row.get("queue", ""),
+        age_s=row.get("age_s") or 0.0,
     )
 
 

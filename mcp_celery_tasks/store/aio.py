@@ -38,6 +38,7 @@ class CancelOutcome:
     job_id: str | None = None
     inbox: str | None = None
     previous_status: str | None = None
+    tool: str | None = None
 
 
 class ApiStore:
@@ -124,6 +125,11 @@ class ApiStore:
         row = rows[0]
         return AnswerOutcome(answered=row["answered"], inbox=row["inbox"], status=row["status"])
 
+    async def schema_revision(self) -> str | None:
+        """The applied migration (raises InfrastructureError when Postgres is unreachable)."""
+        rows = await self._fetch("SELECT version_num FROM alembic_version", {})
+        return str(rows[0]["version_num"]) if rows else None
+
     async def task_exists(self, task_id: str, owner: str) -> bool:
         return bool(await self._fetch(queries.TASK_EXISTS, {"task_id": task_id, "owner": owner}))
 
@@ -139,6 +145,7 @@ class ApiStore:
                 job_id=row["job_id"],
                 inbox=row["inbox"],
                 previous_status=row["previous_status"],
+                tool=row["tool_name"],
             )
         return CancelOutcome(found=await self.task_exists(task_id, owner))
 

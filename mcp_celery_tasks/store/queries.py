@@ -62,7 +62,7 @@ WITH prev AS (
         expires_at = {_EXPIRES}, status_message = COALESCE(%(message)s, t.status_message)
     FROM prev
     WHERE t.task_id = prev.task_id AND t.status IN {ACTIVE_SQL}
-    RETURNING t.task_id, t.job_id, t.inbox, prev.status AS previous_status
+    RETURNING t.task_id, t.job_id, t.inbox, t.tool_name, prev.status AS previous_status
 ), gone AS (
     -- Outstanding input requests vanish with the task (SPEC-CHECKLIST Q-25).
     UPDATE mcp_task_inputs i SET superseded = true FROM upd
@@ -91,7 +91,8 @@ SET worker = %(worker)s, lease_until = now() + %(lease_s)s * interval '1 second'
 WHERE job_id = %(job_id)s AND status IN {ACTIVE_SQL} AND cancel_requested_at IS NULL
   AND (lease_until IS NULL OR lease_until < now() OR worker = %(worker)s)
   AND attempts < max_attempts
-RETURNING task_id, job_id, tool_name, arguments, preflight, client_capabilities, attempts, max_attempts
+RETURNING task_id, job_id, tool_name, arguments, preflight, client_capabilities, attempts, max_attempts,
+          queue, EXTRACT(EPOCH FROM (now() - created_at))::float AS age_s
 """
 
 JOB_STATE: Final[LiteralString] = """

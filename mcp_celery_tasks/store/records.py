@@ -83,6 +83,9 @@ class ClaimedTask:
     client_capabilities: dict[str, Any]
     attempts: int
     max_attempts: int
+    queue: str = ""
+    age_s: float = 0.0
+    """Seconds since the task was created, by the database clock, at the claim."""
 
 
 @dataclass(frozen=True, slots=True)

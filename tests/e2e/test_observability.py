@@ -1,0 +1,137 @@
+"""Metrics, health and logs: counters match what was done; no task id ever leaks into them."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import Client, Proc, Stack, meta, start_api, wait_until
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def delta(before: dict, after: dict, name: str, **labels: str) -> float:  # type: ignore[type-arg]
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
+def test_counters_and_histograms_match_a_scripted_workload(stack: Stack, client: Client) -> None:
+    api = stack.url.removesuffix("/mcp") + "/metrics"
+    worker = f"http://127.0.0.1:{stack.env['MCP_TASKS_WORKER_METRICS_PORT']}/metrics"
+    wait_until(lambda: _up(worker), 20, 0.2, what="the worker's metrics endpoint")
+    api_before, worker_before = scrape(api), scrape(worker)
+
+    done = [client.start("noop") for _ in range(3)]
+    failing = client.start("failing_job")
+    broken = client.start("protocol_error_job")
+    spun = client.start("spin", {"seconds": 30})
+    wait_until(lambda: stack.row(spun)["started_at"], 15, what="spin to start")
+    client.cancel(spun)
+    asked = client.request(
+        "tools/call",
+        {"name": "confirm_delete", "arguments": {"filename": "m"}, "_meta": meta(elicitation={})},
+    ).result["taskId"]
+    key = next(iter(client.wait_status(asked, ("input_required",))["inputRequests"]))
+    client.update(asked, {key: {"action": "accept", "content": {"confirm": True}}})
+    client.call_tool("greet", {"name": "metrics"})
+    for task_id in [*done, failing, broken, asked]:
+        client.wait_status(task_id)
+    wait_until(lambda: stack.row(spun)["finished_at"], 15, what="spin to stop")
+    ids = [*done, failing, broken, spun, asked]
+
+    def settled() -> bool:
+        after = scrape(worker)
+        return (
+            delta(
+                worker_before, after, "mcp_tasks_finished_total", tool="confirm_delete", outcome="completed"
+            )
+            == 1
+        )
+
+    wait_until(settled, 10, 0.2, what="the worker's counters")
+    api_after, worker_after = scrape(api), scrape(worker)
+    assert delta(api_before, api_after, "mcp_tasks_created_total", tool="noop", mode="task") == 3
+    assert delta(api_before, api_after, "mcp_tasks_created_total", tool="greet", mode="sync") == 1
+    assert delta(api_before, api_after, "mcp_cancels_requested_total", tool="spin") == 1
+    assert delta(api_before, api_after, "mcp_rpc_requests_total", method="tasks/update", code="0") == 1
+    assert delta(api_before, api_after, "mcp_rpc_requests_total", method="tools/call", code="0") == 8
+    assert delta(api_before, api_after, "mcp_rpc_seconds_count", method="tools/call") == 8
+    assert (
+        delta(worker_before, worker_after, "mcp_tasks_finished_total", tool="noop", outcome="completed") == 3
+    )
+    assert (
+        delta(
+            worker_before, worker_after, "mcp_tasks_finished_total", tool="failing_job", outcome="tool_error"
+        )
+        == 1
+    )
+    assert (
+        delta(
+            worker_before,
+            worker_after,
+            "mcp_tasks_finished_total",
+            tool="protocol_error_job",
+            outcome="failed",
+        )
+        == 1
+    )
+    assert (
+        delta(worker_before, worker_after, "mcp_tasks_finished_total", tool="spin", outcome="cancelled") == 1
+    )
+    assert delta(worker_before, worker_after, "mcp_cancels_effective_total", tool="spin") == 1
+    assert delta(worker_before, worker_after, "mcp_input_wait_seconds_count", tool="confirm_delete") == 1
+    queue = stack.env["MCP_TASKS_DEFAULT_QUEUE"]
+    assert delta(worker_before, worker_after, "mcp_task_run_seconds_count", tool="noop", queue=queue) == 3
+    assert delta(worker_before, worker_after, "mcp_task_pickup_seconds_count", tool="noop", queue=queue) == 3
+
+    # No task id as a label value, in the metrics or in the logs.
+    for text in (httpx.get(api).text, httpx.get(worker).text, stack.worker.log.read_text()):
+        for task_id in ids:
+            assert task_id not in text
+
+
+def _up(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_health_and_readiness(stack: Stack) -> None:
+    base = stack.url.removesuffix("/mcp")
+    assert httpx.get(base + "/healthz").json() == {"status": "ok"}
+    ready = httpx.get(base + "/readyz", timeout=15)
+    assert ready.status_code == 200, ready.text
+    assert ready.json() == {"ready": True, "checks": {"postgres": "ok", "migrations": "ok", "broker": "ok"}}
+
+
+def test_readiness_fails_when_the_broker_or_postgres_is_unreachable(stack: Stack) -> None:
+    env = dict(stack.env, MCP_TASKS_BROKER_URL="redis://127.0.0.1:1/0")
+    proc: Proc
+    proc, url = start_api("api-no-broker", env)
+    try:
+        answer = httpx.get(url.removesuffix("/mcp") + "/readyz", timeout=20)
+        assert answer.status_code == 503 and answer.json()["checks"]["broker"] == "unreachable"
+        assert answer.json()["checks"]["postgres"] == "ok"
+    finally:
+        proc.stop()
+    env = dict(
+        stack.env, MCP_TASKS_DATABASE_URL=re.sub(r"/[^/?]+(\?|$)", r"/no_such_db\1", stack.database_url)
+    )
+    proc, url = start_api("api-no-db", env)
+    try:
+        answer = httpx.get(url.removesuffix("/mcp") + "/readyz", timeout=20)
+        assert answer.status_code == 503 and answer.json()["checks"]["postgres"] == "unreachable"
+    finally:
+        proc.stop()
