@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
 
 from mcp_celery_tasks.celery_app import create_app
@@ -90,6 +92,41 @@ def list_tasks(
             message[:60],
         )
     console.print(table)
+
+
+def summary_view(store: WorkerStore) -> Group:
+    """The ``top`` screen: active tasks per queue and tool, then the latest failures."""
+    active, failures = store.admin_summary()
+    table = Table(
+        "queue", "tool", "running", "queued", "waiting for input", "stopping", "longest", title="active tasks"
+    )
+    for row in active:
+        table.add_row(
+            row["queue"], row["tool"], str(row["running"]), str(row["queued"]),
+            str(row["waiting_for_input"]), str(row["stopping"]), _fmt(row["longest"]),
+        )  # fmt: skip
+    failed = Table("job", "tool", "when", "error", title="recent failures")
+    for row in failures:
+        failed.add_row(
+            row["job_id"][:8], row["tool"], _fmt(row["created_at"]), (row["last_error"] or "")[:70]
+        )
+    return Group(table, failed)
+
+
+@admin_app.command("top")
+def top(
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes")] = 2.0,
+    once: Annotated[bool, typer.Option(help="Print one screen and exit")] = False,
+) -> None:
+    """A live view for admins without Grafana: running, waiting for input, queued, failures."""
+    store = _store()
+    if once:
+        console.print(summary_view(store))
+        return
+    with Live(summary_view(store), console=console, refresh_per_second=4, screen=False) as live:
+        while True:
+            time.sleep(interval)
+            live.update(summary_view(store))
 
 
 @admin_app.command("show")

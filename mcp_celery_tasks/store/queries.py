@@ -339,3 +339,21 @@ ON CONFLICT (job) DO UPDATE SET last_run_at = now(), last_count = EXCLUDED.last_
 SECONDS_SINCE_RUN: Final[LiteralString] = """
 SELECT EXTRACT(EPOCH FROM (now() - last_run_at))::float AS seconds FROM mcp_maintenance WHERE job = %(job)s
 """
+
+ADMIN_SUMMARY: Final[LiteralString] = """
+SELECT queue, tool,
+       count(*) FILTER (WHERE status = 'working' AND runtime IS NOT NULL) AS running,
+       count(*) FILTER (WHERE status = 'working' AND runtime IS NULL) AS queued,
+       count(*) FILTER (WHERE status = 'input_required') AS waiting_for_input,
+       count(*) FILTER (WHERE status = 'stopping') AS stopping,
+       max(runtime) FILTER (WHERE status IN ('working', 'input_required')) AS longest
+FROM mcp_tasks_overview
+WHERE status IN ('working', 'input_required', 'stopping')
+GROUP BY queue, tool ORDER BY queue, tool
+"""
+
+ADMIN_RECENT_FAILURES: Final[LiteralString] = """
+SELECT job_id, tool, created_at, last_error FROM mcp_tasks_overview
+WHERE status = 'failed' OR (status = 'completed' AND last_error IS NOT NULL)
+ORDER BY created_at DESC LIMIT %(limit)s
+"""

@@ -181,6 +181,12 @@ class WorkerStore:
         params.update(filters)
         return self._fetch(queries.ADMIN_LIST, {**params, "limit": limit})
 
+    def admin_summary(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Active tasks per queue and tool, and the latest failures (for ``top``)."""
+        return self._fetch(queries.ADMIN_SUMMARY, {}), self._fetch(
+            queries.ADMIN_RECENT_FAILURES, {"limit": 8}
+        )
+
     def admin_show(self, ref: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """A task by task id or job id, with every input request it made."""
         rows = self._fetch(queries.ADMIN_SHOW, {"ref": ref})

@@ -75,3 +75,11 @@ def test_tasks_cli_lists_filters_shows_and_purges(db_url: str) -> None:
     purged = _cli(db_url, "purge", "--older-than", "0s", "--yes")
     assert "deleted 2 tasks" in purged.stdout  # the running task stays
     assert [row["task_id"] for row in json.loads(_cli(db_url, "ls", "--json").stdout)] == ["task-0"]
+
+
+def test_tasks_top_once_shows_active_tasks_and_recent_failures(db_url: str) -> None:
+    _seed(db_url)
+    screen = _cli(db_url, "top", "--once")
+    assert screen.returncode == 0, screen.stderr
+    assert "waiting for input" in screen.stdout and "demo" in screen.stdout
+    assert "boom" in screen.stdout  # the failed task's error

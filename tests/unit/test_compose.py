@@ -72,3 +72,24 @@ def test_compose_file_refuses_to_start_without_its_secrets() -> None:
     result = _compose("-f", "docker-compose.yml", "config", "-q", env={})
     assert result.returncode != 0
     assert "POSTGRES_PASSWORD" in result.stderr or "set " in result.stderr
+
+
+def test_grafana_dashboard_queries_only_metrics_the_code_defines() -> None:
+    import json
+    import re
+
+    from mcp_celery_tasks import metrics
+
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "dashboards" / "mcp-celery-tasks.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    used = {
+        re.sub(r"_(total|bucket|count|sum)$", "", name)
+        for e in exprs
+        for name in re.findall(r"mcp_[a-z_]+", e)
+    }
+    defined = {
+        collector._name  # type: ignore[attr-defined]
+        for collector in vars(metrics).values()
+        if hasattr(collector, "_name") and str(getattr(collector, "_name", "")).startswith("mcp_")
+    }
+    assert used and used <= defined, used - defined
