@@ -47,10 +47,13 @@ def inbox_queue(name: str) -> Queue:
     )
 
 
-def publish_job(app: Any, job_id: str, queue_name: str) -> None:
+def publish_job(app: Any, job_id: str, queue_name: str, headers: dict[str, str] | None = None) -> None:
     """Publish ``run_tool(job_id)`` with the job id as Celery task id (a quarter cheaper than
-    ``send_task``, which also builds a result handle we never use)."""
+    ``send_task``, which also builds a result handle we never use). ``headers`` carry the
+    trace context into the job."""
     message = app.amqp.create_task_message(job_id, RUN_TOOL, [job_id], {})
+    if headers:
+        message.headers.update(headers)
     with app.producer_or_acquire() as producer:
         app.amqp.send_task_message(producer, RUN_TOOL, message, queue=queue_name, retry=False)
 
@@ -106,6 +109,7 @@ class _Op:
     inbox: str = ""
     task_id: str = ""
     probe: concurrent.futures.Future[bool] | None = None
+    headers: dict[str, str] | None = None
 
 
 class Publisher:
@@ -137,8 +141,9 @@ class Publisher:
 
     # ---- called from the event loop: never blocks ------------------------------------------
 
-    def publish_job(self, job_id: str, queue_name: str) -> None:
-        self._queue.put(_Op("job", time.monotonic() + self._deadline_s, job_id=job_id, queue=queue_name))
+    def publish_job(self, job_id: str, queue_name: str, headers: dict[str, str] | None = None) -> None:
+        deadline = time.monotonic() + self._deadline_s
+        self._queue.put(_Op("job", deadline, job_id=job_id, queue=queue_name, headers=headers))
 
     def wake(self, inbox: str, task_id: str) -> None:
         self._queue.put(_Op("wake", time.monotonic() + self._deadline_s, inbox=inbox, task_id=task_id))
@@ -186,9 +191,7 @@ class Publisher:
             return
         try:
             if op.kind == "job":
-                self._app.send_task(
-                    RUN_TOOL, args=[op.job_id], task_id=op.job_id, queue=op.queue, retry=False
-                )
+                publish_job(self._app, op.job_id, op.queue, op.headers)
                 published.append(op.job_id)
                 self.published += 1
             elif op.kind == "wake":

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import pydantic_core
 from mcp_types import jsonrpc as codes
 
-from mcp_celery_tasks import metrics
+from mcp_celery_tasks import metrics, tracing
 from mcp_celery_tasks.errors import (
     InternalError,
     InvalidParams,
@@ -50,7 +50,7 @@ UNKNOWN_TASK = "Failed to retrieve task: Task not found"
 
 
 class Publisher(Protocol):
-    def publish_job(self, job_id: str, queue_name: str) -> None: ...
+    def publish_job(self, job_id: str, queue_name: str, headers: dict[str, str] | None = None) -> None: ...
     def wake(self, inbox: str, task_id: str) -> None: ...
     def revoke(self, job_id: str) -> None: ...
     def check_broker(self) -> concurrent.futures.Future[bool]: ...
@@ -139,6 +139,12 @@ async def list_tools(services: Services, ctx: RequestContext, params: dict[str, 
 
 
 async def call_tool(services: Services, ctx: RequestContext, params: dict[str, Any]) -> Result:
+    with tracing.tracer.start_as_current_span("tools/call") as span:
+        span.set_attribute("mcp.tool", str(params.get("name")))
+        return await _call_tool(services, ctx, params)
+
+
+async def _call_tool(services: Services, ctx: RequestContext, params: dict[str, Any]) -> Result:
     call = CallToolParams.model_validate(params)
     spec = get_tool(call.name)
     if spec is None:
@@ -190,7 +196,7 @@ async def call_tool(services: Services, ctx: RequestContext, params: dict[str, A
     )
     # The row is committed (autocommit): a tasks/get for this id resolves from here on
     # (SEP-2663 S-12). Publishing happens off the loop; the sweeper covers a crash here.
-    services.publisher.publish_job(record.job_id, record.queue)
+    services.publisher.publish_job(record.job_id, record.queue, tracing.inject())
     metrics.tasks_created.labels(spec.name, "task" if as_task else "sync").inc()
     if as_task:
         return dump(_created(record))

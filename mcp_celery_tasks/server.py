@@ -22,7 +22,7 @@ import pydantic_core
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from mcp_celery_tasks import dispatch, metrics, migrate
+from mcp_celery_tasks import dispatch, metrics, migrate, tracing
 from mcp_celery_tasks.auth import METADATA_PATH, Authenticator, Unauthorized
 from mcp_celery_tasks.celery_app import create_app
 from mcp_celery_tasks.channel import CircuitBreaker, Publisher
@@ -95,6 +95,7 @@ def create_server(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tracing.configure(settings, "mcp-celery-tasks-api")
         load_tool_modules(settings.tool_modules)
         store = ApiStore(settings)
         await store.open()

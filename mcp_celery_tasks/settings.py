@@ -143,6 +143,11 @@ class Settings(BaseSettings):
     worker_metrics_port: int | None = None
     """Port where a worker serves its (prefork-merged) Prometheus metrics; off when unset."""
 
+    trace_file: str | None = None
+    """Append OpenTelemetry spans as JSON lines to this file (needs opentelemetry-sdk)."""
+    otlp_endpoint: str | None = None
+    """Export OpenTelemetry spans over OTLP/HTTP to this endpoint."""
+
     gc_interval_seconds: float = 60.0
     """How often beat collects expired tasks."""
     gc_alarm_intervals: int = 3

@@ -24,7 +24,7 @@ from typing import Any
 from celery import Celery, signals
 from mcp_types import jsonrpc as codes
 
-from mcp_celery_tasks import channel, gc, metrics
+from mcp_celery_tasks import channel, gc, metrics, tracing
 from mcp_celery_tasks import context as ctxmod
 from mcp_celery_tasks.celery_app import COLLECT_GARBAGE, RUN_TOOL, SWEEP
 from mcp_celery_tasks.channel import Inbox
@@ -135,7 +135,9 @@ class _Runtime:
         waiting_since = time.monotonic()
         metrics.inputs_waiting.labels(tool).inc()
         try:
-            return self._wait_for_answers(inbox, pending, keys, answers, deadline, timeout_s)
+            with tracing.tracer.start_as_current_span("input wait") as span:
+                span.set_attribute("mcp.inputs", len(keys))
+                return self._wait_for_answers(inbox, pending, keys, answers, deadline, timeout_s)
         finally:
             metrics.inputs_waiting.labels(tool).dec()
             metrics.input_wait_seconds.labels(tool).observe(time.monotonic() - waiting_since)
@@ -204,10 +206,16 @@ class JobRunner:
         self._settings = settings
         self._inbox = inbox
 
-    def run(self, job_id: str) -> JobOutcome:
+    def run(self, job_id: str, headers: dict[str, Any] | None = None) -> JobOutcome:
+        with tracing.tracer.start_as_current_span("run_tool", context=tracing.extract(headers)) as span:
+            span.set_attribute("mcp.job_id", job_id)
+            return self._run(job_id)
+
+    def _run(self, job_id: str) -> JobOutcome:
         me = worker_identity()
         try:
-            claimed = self._store.claim(job_id, me, self._settings.lease_seconds)
+            with tracing.tracer.start_as_current_span("claim"):
+                claimed = self._store.claim(job_id, me, self._settings.lease_seconds)
         except InfrastructureError:
             logger.warning("could not claim job %s; retrying", job_id, exc_info=True)
             return JobOutcome("infrastructure", retry_in=2.0)
@@ -299,7 +307,12 @@ class JobRunner:
             self._store_call(self._store.mark_stopped, claimed.task_id, me)
             logger.info("job %s stopped after cancel (%.3fs)", claimed.job_id, elapsed)
             return JobOutcome("cancelled")
-        if not self._finish_with_retries(claimed, me, status, result=result, error=error, message=message):
+        with tracing.tracer.start_as_current_span("record outcome") as span:
+            span.set_attribute("mcp.outcome", status)
+            recorded = self._finish_with_retries(
+                claimed, me, status, result=result, error=error, message=message
+            )
+        if not recorded:
             # The row moved on under us (cancelled, or our lease was lost): drop the result.
             self._store_call(self._store.mark_stopped, claimed.task_id, me)
             metrics.cancels_effective.labels(spec.name).inc()
@@ -390,6 +403,7 @@ def install(app: Celery, settings: Settings, *, load_tools: bool = True) -> Work
     """Add the task bodies (``run_tool`` and the beat jobs) to ``app``; load the tools."""
     store = WorkerStore(settings)
     _stores.append(store)
+    tracing.configure(settings, "mcp-celery-tasks-worker")
     inboxes: dict[int, Inbox] = {}
 
     def inbox() -> Inbox:
@@ -412,7 +426,7 @@ def install(app: Celery, settings: Settings, *, load_tools: bool = True) -> Work
     @app.task(name=RUN_TOOL, bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
     def run_tool(self: Any, job_id: str) -> None:
         try:
-            outcome = runner.run(job_id)
+            outcome = runner.run(job_id, dict(self.request.headers or {}))
         except Exception:
             # A bug or an outage outside tool code: never a tool result. Retry later; the
             # claim's attempt cap turns a job that keeps failing into a failed task.

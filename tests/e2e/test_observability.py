@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
+import signal
+from pathlib import Path
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support import Client, Proc, Stack, meta, start_api, wait_until
+from tests.support import Client, Proc, Stack, free_port, meta, start_api, start_worker, wait_until
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -135,3 +139,39 @@ def test_readiness_fails_when_the_broker_or_postgres_is_unreachable(stack: Stack
         assert answer.status_code == 503 and answer.json()["checks"]["postgres"] == "unreachable"
     finally:
         proc.stop()
+
+
+def test_a_trace_started_at_tools_call_continues_in_the_worker(stack: Stack, tmp_path: Path) -> None:
+    spans_file = tmp_path / "spans.jsonl"
+    queue = stack.env["MCP_TASKS_DEFAULT_QUEUE"] + ".traced"  # only the traced worker takes these jobs
+    env = dict(stack.env, MCP_TASKS_TRACE_FILE=str(spans_file), MCP_TASKS_DEFAULT_QUEUE=queue)
+    env["MCP_TASKS_WORKER_METRICS_PORT"] = str(free_port())
+    api: Proc
+    api, url = start_api("api-traced", env)
+    worker = start_worker("worker-traced", env)
+    try:
+        client = Client(url)
+        task_id = client.request(
+            "tools/call",
+            {"name": "confirm_delete", "arguments": {"filename": "t"}, "_meta": meta(elicitation={})},
+        ).result["taskId"]
+        key = next(iter(client.wait_status(task_id, ("input_required",))["inputRequests"]))
+        client.update(task_id, {key: {"action": "accept", "content": {"confirm": True}}})
+        client.wait_status(task_id)
+
+        def spans() -> list[dict[str, Any]]:
+            if not spans_file.exists():
+                return []
+            return [json.loads(line) for line in spans_file.read_text().splitlines() if line.strip()]
+
+        wait_until(lambda: any(s["name"] == "record outcome" for s in spans()), 20, what="the worker's spans")
+        by_name = {s["name"]: s for s in spans()}
+        call, run = by_name["tools/call"], by_name["run_tool"]
+        assert call["service"] == "mcp-celery-tasks-api" and run["service"] == "mcp-celery-tasks-worker"
+        assert run["trace_id"] == call["trace_id"] and run["parent_id"] == call["span_id"]
+        for child in ("claim", "input wait", "record outcome"):
+            assert by_name[child]["parent_id"] == run["span_id"], child
+        assert task_id not in spans_file.read_text()
+    finally:
+        api.stop()
+        worker.stop(signal.SIGQUIT)
