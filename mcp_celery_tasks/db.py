@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-__all__ = ["NOTIFY_CHANNEL", "maintenance", "metadata", "task_inputs", "tasks"]
+__all__ = ["NOTIFY_CHANNEL", "maintenance", "metadata", "sessions", "task_inputs", "tasks"]
 
 NOTIFY_CHANNEL = "mcp_task_events"
 
@@ -107,4 +107,15 @@ maintenance = Table(
     Column("job", Text, primary_key=True),
     Column("last_run_at", DateTime(timezone=True), nullable=False),
     Column("last_count", BigInteger, nullable=False, server_default=text("0")),
+)
+
+sessions = Table(
+    "mcp_sessions",
+    metadata,
+    Column("session_id", Text, primary_key=True),
+    Column("owner", Text, nullable=False),
+    Column("protocol_version", Text, nullable=False),
+    Column("client_capabilities", JSONB, nullable=False),
+    Column("client_info", JSONB, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )

@@ -109,7 +109,8 @@ def run_dev(data_dir: Path, *, port: int | None = None, tools: str | None = None
         migrate.upgrade(settings)
         api_port = port or settings.port
         host = "127.0.0.1"
-        tool_worker = ["worker", "-Q", settings.default_queue, "-c", "2", "-n", "dev-worker@%h"]
+        # One worker takes the default queue and the example tools' ``gpu`` queue.
+        tool_worker = ["worker", "-Q", f"{settings.default_queue},gpu", "-c", "2", "-n", "dev-worker@%h"]
         maintenance = ["worker", "-Q", settings.maintenance_queue, "-c", "1", "-n", "dev-maint@%h"]
         beat = ["beat", "--schedule-file", str(data_dir / "celerybeat-schedule")]
         api = ["serve", "--host", host, "--port", str(api_port)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, LiteralString
 
 import psycopg
@@ -124,6 +125,43 @@ class ApiStore:
         rows = await self._fetch(queries.RECORD_ANSWERS, {"task_id": task_id, "answers": Jsonb(items)})
         row = rows[0]
         return AnswerOutcome(answered=row["answered"], inbox=row["inbox"], status=row["status"])
+
+    async def create_session(
+        self,
+        session_id: str,
+        owner: str,
+        protocol_version: str,
+        capabilities: dict[str, Any],
+        client_info: dict[str, Any] | None,
+    ) -> None:
+        params = {
+            "session_id": session_id,
+            "owner": owner,
+            "protocol_version": protocol_version,
+            "client_capabilities": Jsonb(capabilities),
+            "client_info": Jsonb(client_info) if client_info is not None else None,
+        }
+        await self._fetch(queries.CREATE_SESSION, params)
+
+    async def get_session(self, session_id: str, owner: str) -> dict[str, Any] | None:
+        rows = await self._fetch(queries.GET_SESSION, {"session_id": session_id, "owner": owner})
+        return rows[0] if rows else None
+
+    async def delete_session(self, session_id: str, owner: str) -> bool:
+        rows = await self._fetch(queries.DELETE_SESSION, {"session_id": session_id, "owner": owner})
+        return bool(rows)
+
+    async def list_tasks(
+        self, owner: str, limit: int, after: tuple[datetime, str] | None = None
+    ) -> list[TaskRecord]:
+        """The owner's tasks, newest first, after a keyset cursor."""
+        params = {
+            "owner": owner,
+            "limit": limit,
+            "after_created": after[0] if after else None,
+            "after_id": after[1] if after else None,
+        }
+        return [_rows.task_record(row) for row in await self._fetch(queries.LIST_TASKS, params)]
 
     async def schema_revision(self) -> str | None:
         """The applied migration (raises InfrastructureError when Postgres is unreachable)."""

@@ -357,3 +357,29 @@ SELECT job_id, tool, created_at, last_error FROM mcp_tasks_overview
 WHERE status = 'failed' OR (status = 'completed' AND last_error IS NOT NULL)
 ORDER BY created_at DESC LIMIT %(limit)s
 """
+
+# ---- 2025-11-25 sessions and SEP-1686 task listing ------------------------------------------
+
+CREATE_SESSION: Final[LiteralString] = """
+INSERT INTO mcp_sessions (session_id, owner, protocol_version, client_capabilities, client_info)
+VALUES (%(session_id)s, %(owner)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s)
+RETURNING session_id
+"""
+
+GET_SESSION: Final[LiteralString] = """
+SELECT session_id, owner, protocol_version, client_capabilities, client_info
+FROM mcp_sessions WHERE session_id = %(session_id)s AND owner = %(owner)s
+"""
+
+DELETE_SESSION: Final[LiteralString] = """
+DELETE FROM mcp_sessions WHERE session_id = %(session_id)s AND owner = %(owner)s
+RETURNING session_id
+"""
+
+LIST_TASKS: Final[LiteralString] = f"""
+SELECT {TASK_COLUMNS}, statement_timestamp() AS db_now FROM mcp_tasks
+WHERE owner = %(owner)s
+  AND (%(after_created)s::timestamptz IS NULL OR (created_at, task_id) < (%(after_created)s, %(after_id)s))
+ORDER BY created_at DESC, task_id DESC
+LIMIT %(limit)s
+"""

@@ -1,0 +1,198 @@
+"""A real (small) training job: a 2-layer MLP on a synthetic two-moons dataset, with numpy.
+
+Shows ``queue="gpu"`` routing, per-epoch ``ctx.report`` and ``ctx.raise_if_cancelled``, and an
+``ask_first`` question that depends on the arguments: overwriting an existing model file is
+confirmed before the task exists, so no worker slot is held while a human thinks.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mcp_celery_tasks import Elicit, TaskContext, ToolError, tool
+
+__all__ = ["Mlp", "make_moons", "train_model"]
+
+Array = NDArray[np.float64]
+
+HIDDEN_UNITS = 16
+BATCH_SIZE = 64
+HOLDOUT_FRACTION = 0.2
+MAX_EPOCHS = 1_000_000
+MAX_SAMPLES = 1_000_000
+MAX_LOSS_HISTORY = 100
+
+OVERWRITE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "overwrite": {"type": "boolean", "description": "Replace the existing model file"},
+    },
+    "required": ["overwrite"],
+}
+
+
+def _ask_overwrite(arguments: dict[str, Any]) -> Elicit | None:
+    """The overwrite question, only when the target file already exists.
+
+    Evaluated by the API process when the call arrives (before the task exists); the tool checks
+    again when it runs, so a file that appears in between is never replaced without consent.
+    """
+    path = str(arguments.get("model_path", ""))
+    if path and os.path.exists(path):
+        return Elicit(f"{path} already exists. Overwrite it with the newly trained model?", OVERWRITE_SCHEMA)
+    return None
+
+
+def make_moons(samples: int, rng: np.random.Generator, noise: float = 0.15) -> tuple[Array, Array]:
+    """Two interleaving half circles with Gaussian noise (standardized features, labels 0/1)."""
+    half = samples // 2
+    angle = rng.uniform(0.0, np.pi, samples)
+    x = np.empty((samples, 2))
+    x[:half, 0] = np.cos(angle[:half])
+    x[:half, 1] = np.sin(angle[:half])
+    x[half:, 0] = 1.0 - np.cos(angle[half:])
+    x[half:, 1] = 0.5 - np.sin(angle[half:])
+    x += rng.normal(0.0, noise, x.shape)
+    x = (x - x.mean(axis=0)) / x.std(axis=0)
+    y = np.concatenate([np.zeros(half), np.ones(samples - half)])
+    return x, y
+
+
+@dataclass
+class Mlp:
+    """inputs -> tanh hidden layer -> one logit; binary cross-entropy, mini-batch SGD."""
+
+    w1: Array
+    b1: Array
+    w2: Array
+    b2: Array
+
+    @classmethod
+    def initial(cls, inputs: int, hidden: int, rng: np.random.Generator) -> Mlp:
+        return cls(
+            w1=rng.normal(0.0, 1.0 / np.sqrt(inputs), (inputs, hidden)),
+            b1=np.zeros(hidden),
+            w2=rng.normal(0.0, 1.0 / np.sqrt(hidden), hidden),
+            b2=np.zeros(1),
+        )
+
+    def logits(self, x: Array) -> Array:
+        result: Array = np.tanh(x @ self.w1 + self.b1) @ self.w2 + self.b2
+        return result
+
+    def loss(self, x: Array, y: Array) -> float:
+        z = self.logits(x)
+        # log(1 + e^z) - y z, computed without overflow
+        return float(np.mean(np.logaddexp(0.0, z) - y * z))
+
+    def accuracy(self, x: Array, y: Array) -> float:
+        return float(np.mean((self.logits(x) > 0) == (y > 0.5)))
+
+    def sgd_epoch(self, x: Array, y: Array, learning_rate: float, rng: np.random.Generator) -> None:
+        order = rng.permutation(len(x))
+        for start in range(0, len(x), BATCH_SIZE):
+            batch = order[start : start + BATCH_SIZE]
+            xb, yb = x[batch], y[batch]
+            hidden = np.tanh(xb @ self.w1 + self.b1)
+            z = hidden @ self.w2 + self.b2
+            dz = (1.0 / (1.0 + np.exp(-z)) - yb) / len(batch)
+            dhidden = np.outer(dz, self.w2) * (1.0 - hidden * hidden)
+            self.w2 -= learning_rate * (hidden.T @ dz)
+            self.b2 -= learning_rate * dz.sum()
+            self.w1 -= learning_rate * (xb.T @ dhidden)
+            self.b1 -= learning_rate * dhidden.sum(axis=0)
+
+    def save(self, path: str) -> None:
+        """Write the weights with ``np.savez``, atomically (a temp file, then a rename)."""
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=".train_model-", suffix=".npz", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as handle:  # a file object: savez adds no ".npz" suffix
+                np.savez(handle, w1=self.w1, b1=self.b1, w2=self.w2, b2=self.b2)
+            os.replace(temp, path)
+        except BaseException:
+            if os.path.exists(temp):
+                os.unlink(temp)
+            raise
+
+
+def _check_overwrite(ctx: TaskContext, model_path: str) -> None:
+    answer = ctx.preflight.get("overwrite")
+    if answer is None:
+        if os.path.exists(model_path):
+            raise ToolError(f"{model_path} appeared after the call was accepted; call the tool again")
+        return
+    content = answer.get("content") or {}
+    if answer.get("action") != "accept" or content.get("overwrite") is not True:
+        raise ToolError(f"Not overwriting {model_path}: the user declined")
+
+
+def _sampled(history: list[float]) -> list[float]:
+    """At most MAX_LOSS_HISTORY losses, evenly spaced, always with the first and the last."""
+    if len(history) <= MAX_LOSS_HISTORY:
+        return history
+    step = (len(history) - 1) / (MAX_LOSS_HISTORY - 1)
+    return [history[round(i * step)] for i in range(MAX_LOSS_HISTORY)]
+
+
+@tool(queue="gpu", retention_seconds=24 * 3600, ask_first={"overwrite": _ask_overwrite})
+def train_model(
+    ctx: TaskContext,
+    model_path: str,
+    epochs: int = 20,
+    samples: int = 2000,
+    learning_rate: float = 0.1,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Train a small MLP classifier on a seeded synthetic dataset and save its weights (npz).
+
+    Reports the loss after every epoch and stops between epochs when cancelled. Asks before
+    overwriting an existing model file.
+    """
+    if not 1 <= epochs <= MAX_EPOCHS:
+        raise ToolError(f"epochs must be between 1 and {MAX_EPOCHS}")
+    if not 10 <= samples <= MAX_SAMPLES:
+        raise ToolError(f"samples must be between 10 and {MAX_SAMPLES}")
+    if not 0 < learning_rate <= 10:
+        raise ToolError("learning_rate must be in (0, 10]")
+    _check_overwrite(ctx, model_path)
+
+    rng = np.random.default_rng(seed)
+    x, y = make_moons(samples, rng)
+    order = rng.permutation(samples)
+    holdout = max(1, int(samples * HOLDOUT_FRACTION))
+    test, train = order[:holdout], order[holdout:]
+    x_train, y_train, x_test, y_test = x[train], y[train], x[test], y[test]
+
+    model = Mlp.initial(x.shape[1], HIDDEN_UNITS, rng)
+    initial_loss = model.loss(x_train, y_train)
+    history: list[float] = []
+    ctx.report(f"epoch 0/{epochs}: loss {initial_loss:.4f}")
+    for epoch in range(1, epochs + 1):
+        ctx.raise_if_cancelled()
+        model.sgd_epoch(x_train, y_train, learning_rate, rng)
+        loss = model.loss(x_train, y_train)
+        if not np.isfinite(loss):
+            raise ToolError(f"training diverged at epoch {epoch} (loss {loss}); lower the learning_rate")
+        history.append(loss)
+        ctx.report(f"epoch {epoch}/{epochs}: loss {loss:.4f}")
+
+    ctx.raise_if_cancelled()
+    model.save(model_path)
+    return {
+        "model_path": os.path.abspath(model_path),
+        "epochs": epochs,
+        "initial_loss": initial_loss,
+        "final_loss": history[-1],
+        "losses": _sampled(history),
+        "accuracy": model.accuracy(x_test, y_test),
+        "train_samples": len(train),
+        "test_samples": holdout,
+    }
