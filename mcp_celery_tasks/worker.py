@@ -13,6 +13,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -45,6 +46,8 @@ from mcp_celery_tasks.store import ClaimedTask, WorkerStore
 __all__ = ["JobOutcome", "JobRunner", "install", "worker_identity"]
 
 logger = logging.getLogger(__name__)
+
+_AUTO_KEY = re.compile(r"\d+-[0-9a-f]{16}")
 
 _IDENTITY: str | None = None
 _IDENTITY_PID: int | None = None
@@ -107,6 +110,15 @@ class _Runtime:
             if match is not None:
                 stored_key[key] = match  # asked before (a re-run): replay the answer or wait on
                 continue
+            if _AUTO_KEY.fullmatch(key):
+                # An automatic key is ``<ordinal>-<hash>``: the same ordinal with another hash
+                # is the question this re-run no longer asks; it must not stay outstanding.
+                ordinal = key.split("-", 1)[0] + "-"
+                supersede += [
+                    k
+                    for k, row in recorded.items()
+                    if k.startswith(ordinal) and k != key and row.response is None and not row.superseded
+                ]
             new_key = key
             if key in recorded:
                 # The key once named another request: never reuse it (S-26); ask anew.

@@ -44,3 +44,27 @@ def t_key_reuse(ctx: TaskContext) -> str:
     ctx.elicit("A?", CONFIRM, key="same")
     ctx.elicit("B?", {"type": "object", "properties": {"other": {"type": "string"}}}, key="same")
     return "unreachable"
+
+
+@tool(mode="optional", poll_interval_ms=100)
+def t_attempt_question(ctx: TaskContext, key: str = "") -> dict[str, Any]:
+    """Ask a question that names the attempt, so a re-run asks a different question.
+
+    ``key`` empty: the automatic key; otherwise that explicit key.
+    """
+    answer = ctx.elicit(f"Attempt {ctx.attempt}?", CONFIRM, key=key or None)
+    return {"answer": answer.model_dump(exclude_none=True), "attempt": ctx.attempt}
+
+
+@tool(mode="optional", poll_interval_ms=100)
+def t_two_at_once_then_work(ctx: TaskContext, seconds: float = 1.0) -> dict[str, Any]:
+    """Ask two questions at once, then keep working for ``seconds`` (cancellable)."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+    answers = ctx.ask_many(
+        {
+            "a": ("elicitation/create", {"mode": "form", "message": "A?", "requestedSchema": schema}),
+            "b": ("elicitation/create", {"mode": "form", "message": "B?", "requestedSchema": schema}),
+        }
+    )
+    ctx.sleep(seconds)
+    return answers

@@ -122,8 +122,15 @@ class ApiStore:
     async def record_answers(self, task_id: str, answers: dict[str, Any]) -> AnswerOutcome:
         """Record answers to outstanding keys (others are ignored) in one statement."""
         items = [{"key": key, "response": response} for key, response in answers.items()]
-        rows = await self._fetch(queries.RECORD_ANSWERS, {"task_id": task_id, "answers": Jsonb(items)})
-        row = rows[0]
+        params = {"task_id": task_id, "answers": Jsonb(items)}
+        async with self._conn() as conn, conn.transaction():
+            # Lock the task first: two updates answering different keys at once must each see
+            # the other's answers when they count what remains (READ COMMITTED takes a new
+            # snapshot per statement), or neither would return the task to working.
+            await conn.execute(queries.LOCK_TASK, params)
+            cursor = await conn.execute(queries.RECORD_ANSWERS, params)
+            row = await cursor.fetchone()
+        assert row is not None
         return AnswerOutcome(answered=row["answered"], inbox=row["inbox"], status=row["status"])
 
     async def create_session(

@@ -242,6 +242,8 @@ SELECT (SELECT count(*) FROM sup) AS superseded, (SELECT count(*) FROM t) AS res
        (SELECT pg_notify('{NOTIFY_CHANNEL}', task_id) FROM t) AS notified
 """
 
+LOCK_TASK: Final[LiteralString] = "SELECT 1 FROM mcp_tasks WHERE task_id = %(task_id)s FOR UPDATE"
+
 # tasks/update: record answers to outstanding keys; when none remain, back to working in the same
 # statement, so the next tasks/get never shows an answered key (SEP-2663 S-27, S-29).
 RECORD_ANSWERS: Final[LiteralString] = f"""
