@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mcp_celery_tasks import handlers, metrics, push
+from mcp_celery_tasks import handlers, legacy, metrics, push
 from mcp_celery_tasks.errors import (
     HeaderMismatch,
     InfrastructureError,
@@ -76,6 +76,8 @@ class Headers:
     protocol_version: str | None
     method: str | None
     name: str | None
+    session_id: str | None = None
+    accepts_sse: bool = True
 
 
 @dataclass
@@ -87,6 +89,7 @@ class Reply:
     deferred: Deferred | None = None
     request_id: Any = None
     stream: Stream | None = None
+    headers: dict[str, str] | None = None
     method: str = "other"
     started: float = 0.0
 
@@ -205,6 +208,23 @@ def _meta(method: str, params: dict[str, Any], headers: Headers) -> RequestMeta:
 
 
 async def _dispatch(services: Services, body: Any, headers: Headers, principal: str) -> Reply:
+    answers_us = isinstance(body, dict) and "method" not in body and ("result" in body or "error" in body)
+    if legacy.is_legacy(body, headers.session_id) or (answers_us and headers.session_id is not None):
+        try:
+            outcome = await legacy.handle(services, body, headers.session_id, principal, headers.accepts_sse)
+        except Exception as exc:
+            # 2025-11-25 clients read JSON-RPC errors from 200 responses (the 1.x SDKs treat a
+            # 4xx as a transport failure); the status codes above are 2026-07-28 rules.
+            error = as_protocol_error(exc)
+            return Reply(200, error_body(body.get("id"), error), request_id=body.get("id"))
+        return Reply(
+            outcome.status,
+            outcome.body,
+            deferred=outcome.deferred,
+            request_id=body.get("id"),
+            stream=outcome.stream,
+            headers=outcome.headers,
+        )
     if isinstance(body, list):
         raise InvalidRequest("JSON-RPC batches are not supported")
     if not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str):

@@ -151,18 +151,20 @@ def create_server(settings: Settings) -> FastAPI:
             protocol_version=_header(request, "mcp-protocol-version"),
             method=_header(request, "mcp-method"),
             name=_header(request, "mcp-name"),
+            session_id=_header(request, "mcp-session-id"),
+            accepts_sse="text/event-stream" in request.headers.get("accept", ""),
         )
         reply = await dispatch.dispatch(services, body, headers, principal)
         if reply.stream is not None:
             return StreamingResponse(
                 _sse_stream(services, reply.stream),
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(reply.headers or {})},
             )
         if reply.deferred is None:
             if reply.body is None:
-                return Response(status_code=reply.http_status)
-            return _json(reply.http_status, reply.body)
+                return Response(status_code=reply.http_status, headers=reply.headers)
+            return _json(reply.http_status, reply.body, reply.headers)
         if "text/event-stream" in request.headers.get("accept", ""):
             return StreamingResponse(
                 _sse(services, reply),
@@ -172,10 +174,22 @@ def create_server(settings: Settings) -> FastAPI:
         return await _json_when_settled(services, reply, request)
 
     @app.get("/mcp")
+    async def mcp_get() -> Response:
+        # No standalone server stream (2026-07-28 has none; for 2025-11-25 it is optional).
+        return Response(status_code=405, headers={"Allow": "POST, DELETE"})
+
     @app.delete("/mcp")
-    async def mcp_other() -> Response:
-        # Stateless 2026-07-28: no standalone stream, no session to delete.
-        return Response(status_code=405, headers={"Allow": "POST"})
+    async def mcp_delete(request: Request) -> Response:
+        """Ends a 2025-11-25 session; stateless 2026-07-28 requests have none to end."""
+        session_id = _header(request, "mcp-session-id")
+        if session_id is None:
+            return Response(status_code=405, headers={"Allow": "POST"})
+        try:
+            principal = authenticator.principal(request.headers.get("authorization"))
+        except Unauthorized:
+            return Response(status_code=401)
+        deleted = await holder["services"].store.delete_session(session_id, principal)
+        return Response(status_code=200 if deleted else 404)
 
     @app.get(METADATA_PATH)
     async def protected_resource_metadata(request: Request) -> Response:

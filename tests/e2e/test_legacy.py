@@ -1,0 +1,202 @@
+"""2025-11-25 clients on the same endpoint: a real Python SDK 1.30 client, and one test per
+row of SPEC-CHECKLIST §4 (SEP-1686 vs SEP-2663) over plain HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from mcp_types import jsonrpc as codes
+
+from tests.support import ROOT, Client, Stack, parse_body, wait_until
+
+PEER = ROOT / ".cache" / "peers-mcp1"
+LEGACY = "2025-11-25"
+
+
+@pytest.fixture(scope="session")
+def mcp1_python() -> str:
+    python = PEER / "bin" / "python"
+    if not python.exists():
+        made = (
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(PEER)], capture_output=True, text=True, timeout=120
+            ).returncode
+            == 0
+            and subprocess.run(
+                [str(python), "-m", "pip", "install", "-q", "mcp==1.30.0"],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            ).returncode
+            == 0
+        )
+        if not made:
+            if os.environ.get("CI") == "true":
+                pytest.fail("could not install the mcp 1.30 client")
+            pytest.skip("could not install the mcp 1.30 client")
+    return str(python)
+
+
+def test_python_sdk_1_30_client_calls_tools_sync_with_elicitation_and_as_sep_1686_tasks(
+    stack: Stack, mcp1_python: str
+) -> None:
+    run = subprocess.run(
+        [mcp1_python, str(ROOT / "tests" / "e2e" / "legacy" / "mcp1_client.py"), stack.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    steps = {
+        s["step"]: s for s in (json.loads(line) for line in run.stdout.splitlines() if line.startswith("{"))
+    }
+    assert "cancel-terminal" in steps, run.stderr[-3000:]
+    assert steps["initialized"] == {"step": "initialized", "version": LEGACY, "tasks": True}
+    assert (
+        steps["tools"]["modes"]["greet"] == "forbidden"
+        and steps["tools"]["modes"]["failing_job"] == "required"
+    )
+    assert steps["sync"]["text"] == "Hello, legacy!"
+    assert steps["elicited"]["message"] == "Delete old.txt?"
+    assert steps["sync-with-elicitation"]["text"] == "Deleted old.txt"
+    assert steps["created"] == {"step": "created", "status": "working", "ttl": 60000, "poll": 200}
+    assert steps["polled"]["statuses"][-1] == "completed"
+    assert steps["result"]["text"] == "done after 0.5s"
+    assert steps["listed"]["contains"] is True
+    assert steps["cancelled"]["status"] == "cancelled"
+    assert steps["cancel-terminal"]["error"] == codes.INVALID_PARAMS
+
+
+class Legacy:
+    """A plain 2025-11-25 client: initialize, then requests with the session header."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.http = httpx.Client(timeout=60)
+        self.ids = 0
+        hello = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+        init = self.post({"method": "initialize", "params": hello})
+        self.session = init.headers["mcp-session-id"]
+        self.init = parse_body(init)["result"]
+
+    def post(self, message: dict[str, Any], session: bool = False) -> httpx.Response:
+        self.ids += 1
+        headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": LEGACY}
+        if session:
+            headers["Mcp-Session-Id"] = self.session
+        return self.http.post(self.url, json={"jsonrpc": "2.0", "id": self.ids, **message}, headers=headers)
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return parse_body(self.post({"method": method, "params": params or {}}, session=True))
+
+
+@pytest.fixture
+def legacy(stack: Stack) -> Iterator[Legacy]:
+    client = Legacy(stack.url)
+    yield client
+    client.http.close()
+
+
+def test_row_handshake_initialize_vs_discover(legacy: Legacy, client: Client) -> None:
+    assert legacy.init["protocolVersion"] == LEGACY
+    assert "supportedVersions" in client.request("server/discover").result
+
+
+def test_row_server_capability_tasks_slot_only_in_the_legacy_era(legacy: Legacy, client: Client) -> None:
+    assert legacy.init["capabilities"]["tasks"]["requests"] == {"tools": {"call": {}}}
+    modern = client.request("server/discover").result["capabilities"]
+    assert "tasks" not in modern and "io.modelcontextprotocol/tasks" in modern["extensions"]
+
+
+def test_row_tool_level_flag_execution_task_support(legacy: Legacy, client: Client) -> None:
+    legacy_tools = {t["name"]: t for t in legacy.call("tools/list")["result"]["tools"]}
+    assert legacy_tools["slow_compute"]["execution"] == {"taskSupport": "optional"}
+    modern_tools = {t["name"]: t for t in client.request("tools/list").result["tools"]}
+    assert "execution" not in modern_tools["slow_compute"]
+
+
+def test_row_who_decides_and_the_creation_shape(legacy: Legacy, client: Client) -> None:
+    sync = legacy.call("tools/call", {"name": "slow_compute", "arguments": {"seconds": 0}})
+    assert "task" not in sync["result"] and sync["result"]["content"]  # no params.task: synchronous
+    nested = legacy.call(
+        "tools/call", {"name": "slow_compute", "arguments": {"seconds": 0}, "task": {"ttl": 5000}}
+    )
+    task = nested["result"]["task"]
+    assert {"ttl", "pollInterval"} <= set(task) and task["ttl"] == 5000 and "ttlMs" not in task
+    flat = client.call_tool("slow_compute", {"seconds": 0}).result
+    assert flat["resultType"] == "task" and "task" not in flat and "ttlMs" in flat
+
+
+def test_row_result_retrieval_tasks_result_vs_inlined(legacy: Legacy, client: Client) -> None:
+    created = legacy.call("tools/call", {"name": "noop", "arguments": {}, "task": {}})["result"]["task"]
+    result = legacy.call("tasks/result", {"taskId": created["taskId"]})["result"]
+    assert result["content"][0]["text"] == "ok"
+    assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": created["taskId"]}
+    assert client.request("tasks/result", {"taskId": "x"}).error["code"] == codes.METHOD_NOT_FOUND
+    modern = client.wait_status(client.start("noop"))
+    assert "io.modelcontextprotocol/related-task" not in (modern["result"].get("_meta") or {})
+
+
+def test_row_tasks_list_scoped_and_paginated_vs_removed(legacy: Legacy, client: Client) -> None:
+    created = legacy.call("tools/call", {"name": "noop", "arguments": {}, "task": {}})["result"]["task"]
+    listed = legacy.call("tasks/list")["result"]
+    assert created["taskId"] in [t["taskId"] for t in listed["tasks"]]
+    if "nextCursor" in listed:
+        assert "tasks" in legacy.call("tasks/list", {"cursor": listed["nextCursor"]})["result"]
+    assert client.request("tasks/list").error["code"] == codes.METHOD_NOT_FOUND
+
+
+def test_row_cancel_returns_the_task_and_refuses_terminal_vs_ack(legacy: Legacy, client: Client) -> None:
+    spun = legacy.call("tools/call", {"name": "spin", "arguments": {"seconds": 30}, "task": {}})["result"][
+        "task"
+    ]
+    cancelled = legacy.call("tasks/cancel", {"taskId": spun["taskId"]})["result"]
+    assert cancelled["status"] == "cancelled" and cancelled["taskId"] == spun["taskId"]
+    again = legacy.call("tasks/cancel", {"taskId": spun["taskId"]})
+    assert again["error"]["code"] == codes.INVALID_PARAMS
+    done = client.wait_status(client.start("noop"))
+    assert client.cancel(done["taskId"]).result["resultType"] == "complete"
+
+
+def test_row_tool_error_fails_the_task_vs_completed_is_error(legacy: Legacy, client: Client) -> None:
+    created = legacy.call("tools/call", {"name": "failing_job", "arguments": {}, "task": {}})["result"][
+        "task"
+    ]
+    task_id = created["taskId"]
+    wait_until(lambda: legacy.call("tasks/get", {"taskId": task_id})["result"]["status"] != "working", 20)
+    assert legacy.call("tasks/get", {"taskId": task_id})["result"]["status"] == "failed"
+    assert client.wait_status(client.start("failing_job"))["status"] == "completed"
+
+
+def test_row_required_tool_without_a_task(legacy: Legacy, client: Client) -> None:
+    assert (
+        legacy.call("tools/call", {"name": "failing_job", "arguments": {}})["error"]["code"]
+        == codes.METHOD_NOT_FOUND
+    )
+    assert (
+        client.call_tool("failing_job", extension=False).error["code"]
+        == codes.MISSING_REQUIRED_CLIENT_CAPABILITY
+    )
+
+
+def test_row_unknown_task_is_minus_32602_in_both_eras(legacy: Legacy, client: Client) -> None:
+    assert legacy.call("tasks/get", {"taskId": "nope"})["error"]["code"] == codes.INVALID_PARAMS
+    assert client.get("nope").error["code"] == codes.INVALID_PARAMS
+
+
+def test_modern_tasks_get_on_a_legacy_task_keeps_sep_2663_shapes(legacy: Legacy, client: Client) -> None:
+    created = legacy.call("tools/call", {"name": "noop", "arguments": {}, "task": {}})["result"]["task"]
+    modern = client.wait_status(created["taskId"])
+    assert modern["resultType"] == "complete" and "ttlMs" in modern and "ttl" not in modern
+
+
+def test_deleting_the_session_ends_it(legacy: Legacy) -> None:
+    deleted = legacy.http.delete(legacy.url, headers={"Mcp-Session-Id": legacy.session})
+    assert deleted.status_code == 200
+    assert legacy.post({"method": "tools/list"}, session=True).status_code == 404
