@@ -209,7 +209,9 @@ def _meta(method: str, params: dict[str, Any], headers: Headers) -> RequestMeta:
 
 async def _dispatch(services: Services, body: Any, headers: Headers, principal: str) -> Reply:
     answers_us = isinstance(body, dict) and "method" not in body and ("result" in body or "error" in body)
-    if legacy.is_legacy(body, headers.session_id) or (answers_us and headers.session_id is not None):
+    if legacy.is_legacy(body, headers.session_id, headers.protocol_version) or (
+        answers_us and headers.session_id is not None
+    ):
         try:
             outcome = await legacy.handle(services, body, headers.session_id, principal, headers.accepts_sse)
         except Exception as exc:

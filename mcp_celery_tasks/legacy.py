@@ -66,21 +66,21 @@ class Session:
     client_info: dict[str, Any] | None
 
 
-def is_legacy(body: Any, session_id: str | None) -> bool:
+def is_legacy(body: Any, session_id: str | None, header_version: str | None = None) -> bool:
     """Whether a request belongs to the handshake era (2025-11-25 and before)."""
     if not isinstance(body, dict):
         return False
-    if body.get("method") == "initialize":
-        return True
     params = body.get("params")
     modern = (
         isinstance(params, dict)
         and isinstance(params.get("_meta"), dict)
         and ("io.modelcontextprotocol/protocolVersion" in params["_meta"])
     )
-    if modern:
-        return False  # a 2026-07-28 request is served statelessly, session header or not
-    return session_id is not None
+    if modern or (header_version is not None and header_version not in LEGACY_VERSIONS):
+        # A 2026-07-28 request is served statelessly, session header or not; there,
+        # ``initialize`` does not exist (-32601, HTTP 404).
+        return False
+    return body.get("method") == "initialize" or session_id is not None
 
 
 async def handle(

@@ -40,7 +40,9 @@ async def listen(services: Services, ctx: RequestContext, params: dict[str, Any]
         raise InvalidParams("notifications must be an object")
     requested = notifications.get("taskIds")
     if requested is None:
-        raise InvalidParams("This server offers task notifications only: pass notifications.taskIds")
+        # Only task notifications are offered: agree to nothing (the ack omits taskIds) and
+        # end the subscription at once (SPEC-CHECKLIST Q-21).
+        return Stream(_nothing(request_id))
     if not ctx.declares_tasks:
         raise MissingCapability()  # SEP-2663: taskIds from a non-declaring client -> -32021
     if not isinstance(requested, list) or not all(isinstance(t, str) for t in requested):
@@ -76,6 +78,12 @@ async def _counted(
             services.subscriptions[principal] = left
         else:
             services.subscriptions.pop(principal, None)
+
+
+async def _nothing(request_id: Any) -> AsyncIterator[dict[str, Any]]:
+    yield _notification("notifications/subscriptions/acknowledged", request_id, {"notifications": {}})
+    final = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: request_id}}
+    yield {"jsonrpc": "2.0", "id": request_id, "result": final}
 
 
 def _notification(method: str, request_id: Any, body: dict[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,10 @@ SCENARIOS = [
     "http-header-validation",
     "caching",
     "tools-list",
+    "server-initialize",
+    "server-session-lifecycle",
+    "ping",
+    "dns-rebinding-protection",
 ]
 
 pytestmark = pytest.mark.conformance
