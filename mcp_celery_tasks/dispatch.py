@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -133,7 +134,7 @@ def as_protocol_error(exc: BaseException) -> ProtocolError:
 
 
 async def dispatch(services: Services, body: Any, headers: Headers, principal: str) -> Reply:
-    request_id = body.get("id") if isinstance(body, dict) else None
+    request_id = body.get("id") if isinstance(body, dict) and valid_id(body.get("id")) else None
     method = metrics.method_label(str(body.get("method"))) if isinstance(body, dict) else "other"
     started = time.perf_counter()
     try:
@@ -207,11 +208,53 @@ def _meta(method: str, params: dict[str, Any], headers: Headers) -> RequestMeta:
     return meta
 
 
+MAX_DEPTH = 64
+
+
+def unstorable(value: Any, depth: int = 0) -> str | None:
+    """Why a parsed body cannot be handled safely, or None: too deep, a NUL (Postgres text
+    cannot hold one), an unpaired surrogate (not UTF-8), or a non-finite number."""
+    if depth > MAX_DEPTH:
+        return f"JSON nested deeper than {MAX_DEPTH} levels"
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "strings may not contain NUL characters"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "strings may not contain unpaired surrogates"
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return "numbers must be finite"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = unstorable(key, depth + 1) or unstorable(item, depth + 1)
+            if problem:
+                return problem
+    elif isinstance(value, list):
+        for item in value:
+            problem = unstorable(item, depth + 1)
+            if problem:
+                return problem
+    return None
+
+
+def valid_id(request_id: Any) -> bool:
+    # JSON-RPC ids are strings or integers here (bool is an int in Python, not in JSON).
+    return isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool))
+
+
 async def _dispatch(services: Services, body: Any, headers: Headers, principal: str) -> Reply:
+    if isinstance(body, dict) and "id" in body and not valid_id(body["id"]):
+        raise InvalidRequest("The request id must be a string or an integer")
     answers_us = isinstance(body, dict) and "method" not in body and ("result" in body or "error" in body)
-    if legacy.is_legacy(body, headers.session_id, headers.protocol_version) or (
-        answers_us and headers.session_id is not None
-    ):
+    if answers_us and headers.session_id is None:
+        return Reply(202, None)  # a response to nothing we asked: ignored
+    if legacy.is_legacy(body, headers.session_id, headers.protocol_version) or answers_us:
+        if not answers_us and (body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str)):
+            raise InvalidRequest("Not a JSON-RPC 2.0 request")
+        if body.get("method") == "initialize" and "id" not in body:
+            return Reply(202, None)  # initialize as a notification: nothing to answer
         try:
             outcome = await legacy.handle(services, body, headers.session_id, principal, headers.accepts_sse)
         except Exception as exc:
@@ -234,7 +277,7 @@ async def _dispatch(services: Services, body: Any, headers: Headers, principal: 
     method: str = body["method"]
     is_notification = "id" not in body
     request_id = body.get("id")
-    if not is_notification and not isinstance(request_id, str | int):
+    if not is_notification and not valid_id(request_id):
         raise InvalidRequest("The request id must be a string or an integer")
     params = body.get("params", {})
     if params is None:

@@ -109,7 +109,7 @@ def _check_elicit(key: str, schema: dict[str, Any], response: dict[str, Any]) ->
         raise InvalidParams(f"inputResponses[{key!r}].content must be an object")
     properties: dict[str, Any] = schema.get("properties") or {}
     for name in schema.get("required") or []:
-        if name not in content:
+        if content.get(name) is None:
             raise InvalidParams(f"inputResponses[{key!r}].content is missing the required field {name!r}")
     for name, value in content.items():
         prop = properties.get(name)

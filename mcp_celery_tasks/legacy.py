@@ -123,9 +123,9 @@ def _ok(request_id: Any, result: dict[str, Any]) -> LegacyResult:
     return LegacyResult(200, {"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
-async def _initialize(
-    services: Services, params: dict[str, Any], principal: str, request_id: Any
-) -> LegacyResult:
+async def _initialize(services: Services, params: Any, principal: str, request_id: Any) -> LegacyResult:
+    if not isinstance(params, dict):
+        raise InvalidParams("initialize params must be an object")
     requested = params.get("protocolVersion")
     version = requested if requested in LEGACY_VERSIONS else LEGACY_VERSIONS[0]
     capabilities = params.get("capabilities") if isinstance(params.get("capabilities"), dict) else {}
@@ -196,8 +196,9 @@ async def _call_tool(
     as_task = wants_task and spec.mode != "forbidden"
     settings = services.settings
     retention_ms = int(spec.retention_seconds * 1000) if spec.retention_seconds else settings.retention_ms
-    if as_task and isinstance(params["task"].get("ttl"), int) and params["task"]["ttl"] > 0:
-        retention_ms = params["task"]["ttl"]  # the client's requested retention (SEP-1686)
+    requested_ttl = params["task"].get("ttl") if as_task else None
+    if isinstance(requested_ttl, int) and not isinstance(requested_ttl, bool) and requested_ttl > 0:
+        retention_ms = min(requested_ttl, settings.max_retention_ms)  # the client's ask (SEP-1686)
     record = await services.store.create_task(
         NewTask(
             task_id=secrets.token_urlsafe(24),
@@ -282,8 +283,10 @@ async def _list_tasks(
         try:
             stamp, _, task_id = base64.urlsafe_b64decode(str(cursor).encode()).decode().partition("|")
             after = (datetime.fromisoformat(stamp), task_id)
-        except ValueError as exc:
+        except ValueError as exc:  # includes binascii.Error and UnicodeDecodeError
             raise InvalidParams("Invalid cursor") from exc
+        if "\x00" in task_id or after[0].tzinfo is None:
+            raise InvalidParams("Invalid cursor")
     records = await services.store.list_tasks(session.owner, PAGE + 1, after)
     result: dict[str, Any] = {"tasks": [_task(r) for r in records[:PAGE]]}
     if len(records) > PAGE:

@@ -56,6 +56,10 @@ def _error(status: int, error: ProtocolError, request_id: Any = None, **headers:
     return _json(status, dispatch.error_body(request_id, error), headers or None)
 
 
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN and Infinity are JavaScript, not JSON
+
+
 def _origin_allowed(origin: str, settings: Settings) -> bool:
     if origin in settings.allowed_origins:
         return True
@@ -144,9 +148,15 @@ def create_server(settings: Settings) -> FastAPI:
         if raw is None:
             return _error(413, InvalidRequest(f"Request body larger than {settings.max_body_bytes} bytes"))
         try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+            body = json.loads(raw, parse_constant=_no_constants)
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return _error(400, ParseError("Parse error: the body is not valid JSON"))
+        problem = dispatch.unstorable(body)
+        if problem is not None:
+            request_id = body.get("id") if isinstance(body, dict) else None
+            if dispatch.unstorable(request_id) is not None or not dispatch.valid_id(request_id):
+                request_id = None
+            return _error(400, InvalidRequest(f"Invalid request: {problem}"), request_id)
         headers = dispatch.Headers(
             protocol_version=_header(request, "mcp-protocol-version"),
             method=_header(request, "mcp-method"),

@@ -243,9 +243,15 @@ def test_a_notification_is_accepted_with_http_202_and_no_body(client: Client) ->
 
 @pytest.mark.parametrize("verb", ["GET", "DELETE"])
 def test_get_and_delete_on_the_endpoint_are_method_not_allowed(client: Client, verb: str) -> None:
-    response = client.http.request(verb, client.url, headers={"Mcp-Session-Id": "ignored"})
+    response = client.http.request(verb, client.url)
     assert response.status_code == 405
-    assert response.headers["allow"] == "POST"
+    assert "POST" in response.headers["allow"]
+
+
+def test_delete_of_an_unknown_2025_session_is_404(client: Client) -> None:
+    # DELETE ends a 2025-11-25 session (the handshake era); an unknown one is 404.
+    response = client.http.request("DELETE", client.url, headers={"Mcp-Session-Id": "no-such-session"})
+    assert response.status_code == 404
 
 
 @pytest.fixture(scope="module")
