@@ -22,17 +22,26 @@ logger = logging.getLogger(__name__)
 
 
 class TaskEvents:
-    def __init__(self, store: ApiStore, *, recheck_s: float = 1.0) -> None:
+    def __init__(self, store: ApiStore, *, recheck_s: float = 1.0, poll_s: float = 0.25) -> None:
         self._store = store
         self._recheck_s = recheck_s
+        self._poll_s = poll_s
+        self._polled: dict[str, int] = {}
+        self._last_seen: dict[str, tuple[object, ...]] = {}
+        self._poller: asyncio.Task[None] | None = None
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
         self.connected = False
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._listen(), name="mcp-task-events")
+        self._poller = asyncio.create_task(self._poll(), name="mcp-task-poller")
 
     async def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -47,6 +56,36 @@ class TaskEvents:
         """An event set whenever ``task_id`` may have changed."""
         with self.watch_with(task_id, asyncio.Event()) as event:
             yield event
+
+    @contextlib.contextmanager
+    def polled(self, task_id: str) -> Iterator[None]:
+        """Also notice changes that send no NOTIFY (statusMessage): one batched re-read of every
+        polled task per ``poll_s`` for the whole process, however many subscribers there are."""
+        self._polled[task_id] = self._polled.get(task_id, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._polled.get(task_id, 1) - 1
+            if left:
+                self._polled[task_id] = left
+            else:
+                self._polled.pop(task_id, None)
+                self._last_seen.pop(task_id, None)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll_s)
+            if not self._polled:
+                continue
+            try:
+                records = await self._store.get_tasks(list(self._polled))
+            except InfrastructureError:
+                continue  # the listener's reconnect wakes everyone anyway
+            for record in records:
+                state = (record.status, record.status_message, record.last_updated_at)
+                if self._last_seen.get(record.task_id) != state:
+                    self._last_seen[record.task_id] = state
+                    self._wake(record.task_id)
 
     @contextlib.contextmanager
     def watch_with(self, task_id: str, event: asyncio.Event) -> Iterator[asyncio.Event]:

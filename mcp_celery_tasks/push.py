@@ -101,10 +101,11 @@ async def _messages(
     sent: dict[str, tuple[Any, ...]] = {}
     pending = set(task_ids)
     changed = asyncio.Event()
-    recheck = services.settings.push_recheck_seconds
+    safety_s = 5.0  # changes arrive through the hub; this re-read only guards against a miss
     with contextlib.ExitStack() as watches:
         for task_id in task_ids:
             watches.enter_context(services.events.watch_with(task_id, changed))
+            watches.enter_context(services.events.polled(task_id))
         while pending:
             changed.clear()
             records = [r for r in await services.store.get_tasks(sorted(pending)) if r.owner == principal]
@@ -122,6 +123,6 @@ async def _messages(
                     pending.discard(record.task_id)
             if pending:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), timeout=recheck)
+                    await asyncio.wait_for(changed.wait(), timeout=safety_s)
     final = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: request_id}}
     yield {"jsonrpc": "2.0", "id": request_id, "result": final}

@@ -103,7 +103,7 @@ def create_server(settings: Settings) -> FastAPI:
         load_tool_modules(settings.tool_modules)
         store = ApiStore(settings)
         await store.open()
-        events = TaskEvents(store)
+        events = TaskEvents(store, poll_s=settings.push_recheck_seconds)
         await events.start()
         marker = WorkerStore(settings, application_name="mcp-celery-tasks-publisher")
         publisher = Publisher(

@@ -138,7 +138,8 @@ class Settings(BaseSettings):
     max_subscription_task_ids: int = 100
     """Most taskIds one ``subscriptions/listen`` may watch."""
     push_recheck_seconds: float = 0.25
-    """A subscription re-reads its tasks this often (statusMessage changes send no NOTIFY)."""
+    """The event hub re-reads every subscribed task this often, in one query per API process
+    (statusMessage changes send no NOTIFY)."""
 
     worker_metrics_port: int | None = None
     """Port where a worker serves its (prefork-merged) Prometheus metrics; off when unset."""
