@@ -91,7 +91,7 @@ async def handle(
     if method is None:
         return await _client_response(services, body, principal)
     if method == "initialize":
-        return await _initialize(services, body.get("params") or {}, principal, request_id)
+        return await _initialize(services, body.get("params", {}), principal, request_id)
     assert session_id is not None
     row = await services.store.get_session(session_id, principal)
     if row is None:
@@ -106,7 +106,9 @@ async def handle(
     )
     if "id" not in body:
         return LegacyResult(202)  # notifications/initialized, notifications/cancelled, …
-    params = body.get("params") or {}
+    params = body.get("params", {})
+    if params is None:
+        params = {}
     if not isinstance(params, dict):
         raise InvalidParams("params must be an object")
     handler = _METHODS.get(str(method))
