@@ -72,6 +72,9 @@ def sweep(store: WorkerStore, publish_job: PublishJob, settings: Settings, *, li
         republished += 1
     if undispatched:
         store.mark_dispatched([job_id for job_id, _ in undispatched])
+    for job_id, queue in store.unstarted(settings.republish_unstarted_after_seconds, limit):
+        publish_job(job_id, queue)
+        republished += 1
     for job_id, queue in store.lost_leases(settings.lease_grace_seconds, limit):
         publish_job(job_id, queue)
         republished += 1

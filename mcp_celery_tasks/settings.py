@@ -160,6 +160,12 @@ class Settings(BaseSettings):
     between commit and publish)."""
     undispatched_fail_after_seconds: float = 900.0
     """A job that could not be published for this long fails its task with a clear error."""
+    finish_retry_seconds: float = 120.0
+    """A worker keeps trying to record a finished job's outcome this long (a database failover)
+    before the job is retried from scratch."""
+    republish_unstarted_after_seconds: float = 1800.0
+    """A job published this long ago that no worker has started is published again (the broker
+    may have lost it in a failover); a duplicate is harmless, the claim lets one run through."""
     lease_grace_seconds: float = 5.0
     """The sweeper re-publishes an active task whose lease ran out this long ago."""
 

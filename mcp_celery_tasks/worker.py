@@ -366,17 +366,19 @@ class JobRunner:
         return result
 
     def _finish_with_retries(self, claimed: ClaimedTask, me: str, status: str, **fields: Any) -> bool:
+        """Record the outcome, riding out a database failover: the work is done and must not be
+        redone, so keep trying for ``finish_retry_seconds`` (the fence makes a late write safe)."""
+        deadline = time.monotonic() + self._settings.finish_retry_seconds
         delay = 0.5
-        for attempt in range(4):
+        while True:
             try:
                 return self._store.finish(claimed.task_id, me, status, **fields)
             except InfrastructureError:
-                if attempt == 3:
+                if time.monotonic() + delay > deadline:
                     raise
                 logger.warning("could not record the outcome of job %s; retrying", claimed.job_id)
                 time.sleep(delay)
-                delay *= 2
-        return False
+                delay = min(delay * 2, 5.0)
 
     @staticmethod
     def _store_call(fn: Any, *args: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -47,7 +49,16 @@ class ApiStore:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[dict[str, Any]]] = AsyncConnectionPool(
+        self._pool = self._new_pool()
+        self._last_recover = 0.0
+        self._closing: set[asyncio.Task[None]] = set()
+
+    async def open(self) -> None:
+        await self._pool.open(wait=False)
+
+    def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[dict[str, Any]]]:
+        settings = self._settings
+        return AsyncConnectionPool(
             settings.database_url,
             min_size=settings.db_pool_min,
             max_size=settings.db_pool_max,
@@ -64,8 +75,24 @@ class ApiStore:
             connection_class=psycopg.AsyncConnection[dict[str, Any]],
         )
 
-    async def open(self) -> None:
+    async def _recover(self) -> None:
+        """psycopg_pool reconnects with an exponential backoff (1, 2, 4, 8 … s), so after a long
+        outage it can stay empty for as long again. When a direct connection works, swap in a
+        fresh pool (at most once a second)."""
+        now = time.monotonic()
+        if now - self._last_recover < 1.0:
+            return
+        self._last_recover = now
+        try:
+            probe = await psycopg.AsyncConnection.connect(self._settings.database_url, connect_timeout=1)
+        except psycopg.Error:
+            return  # still down
+        await probe.close()
+        old, self._pool = self._pool, self._new_pool()
         await self._pool.open(wait=False)
+        task = asyncio.create_task(old.close(timeout=1))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         await self._pool.close()
@@ -90,7 +117,13 @@ class ApiStore:
                     cursor = await conn.execute(sql, params)
                     return await cursor.fetchall()
             except InfrastructureError as exc:
-                if attempt == 2 or not isinstance(exc.__cause__, psycopg.OperationalError):
+                cause = exc.__cause__
+                if isinstance(cause, PoolTimeout):
+                    # The pool could not connect within the bound: Postgres is down or the pool
+                    # is in its reconnect backoff. Answer now; rebuild the pool if Postgres is back.
+                    await self._recover()
+                    raise
+                if attempt == 2 or not isinstance(cause, psycopg.OperationalError):
                     raise
         raise AssertionError("unreachable")
 

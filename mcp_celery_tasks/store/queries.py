@@ -178,6 +178,20 @@ ORDER BY created_at
 LIMIT %(limit)s
 """
 
+# Published long ago, never started: re-stamped so the next sweep waits as long again.
+UNSTARTED: Final[LiteralString] = f"""
+UPDATE mcp_tasks SET dispatched_at = now()
+WHERE task_id IN (
+    SELECT task_id FROM mcp_tasks
+    WHERE status IN {ACTIVE_SQL} AND started_at IS NULL AND lease_until IS NULL
+      AND dispatched_at < now() - %(older_than_s)s * interval '1 second'
+    ORDER BY dispatched_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING job_id, queue
+"""
+
 LOST_LEASES: Final[LiteralString] = f"""
 SELECT job_id, queue FROM mcp_tasks
 WHERE status IN {ACTIVE_SQL} AND lease_until < now() - %(grace_s)s * interval '1 second'

@@ -231,6 +231,10 @@ class WorkerStore:
         rows = self._fetch(queries.UNDISPATCHED, {"older_than_s": older_than_s, "limit": limit})
         return [(row["job_id"], row["queue"]) for row in rows]
 
+    def unstarted(self, older_than_s: float, limit: int) -> list[tuple[str, str]]:
+        rows = self._fetch(queries.UNSTARTED, {"older_than_s": older_than_s, "limit": limit})
+        return [(row["job_id"], row["queue"]) for row in rows]
+
     def lost_leases(self, grace_s: float, limit: int) -> list[tuple[str, str]]:
         rows = self._fetch(queries.LOST_LEASES, {"grace_s": grace_s, "limit": limit})
         return [(row["job_id"], row["queue"]) for row in rows]

@@ -1,0 +1,103 @@
+"""The broker (Redis) stopped while clients create and poll tasks, then started again.
+
+tools/call keeps answering CreateTaskResult (the row is committed first; the job waits in the
+outbox), tasks/get keeps answering fast (no broker call on the event loop), and once the broker
+is back the publisher, the sweeper and the workers catch up: every task completes once.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests import support
+from tests.faults.services import FaultServices
+from tests.faults.stack import (
+    FaultClient,
+    FaultStack,
+    Load,
+    assert_each_completed_once,
+    assert_principals_isolated,
+    percentile,
+    running,
+    wait_all_terminal,
+)
+
+OUTAGE_S = 3.0
+GET_P99_BOUND_S = 1.0
+
+
+@pytest.mark.slow
+def test_broker_outage_keeps_the_api_answering_and_loses_no_task(
+    services: FaultServices, fault_db: str
+) -> None:
+    stack = FaultStack("broker-stop", fault_db, services.broker.url, services.root / "runs" / "broker-stop")
+    with running(stack):
+        stack.start_all()
+        load = Load(stack.url, creators=2, pollers=2, pause=0.01).start()
+        try:
+            support.wait_until(lambda: len(load.received) >= 30, 30, what="some load before the outage")
+            services.broker.stop()
+            down_at = load.now()
+            try:
+                time.sleep(OUTAGE_S)  # deliberate: the outage itself
+            finally:
+                up_from = load.now()
+                services.broker.start()
+            up_at = load.now()
+            after = len(load.received)
+            support.wait_until(lambda: len(load.received) >= after + 30, 30, what="load after the outage")
+        finally:
+            load.stop()
+
+        bad = [c.describe() for c in load.calls if not c.ok]
+        assert not bad, bad[:5]
+        created_down = [c for c in load.calls if c.kind == "create" and down_at <= c.started <= up_from]
+        assert created_down and all(c.body["result"]["resultType"] == "task" for c in created_down)  # type: ignore[index]
+        gets_down = [c.seconds for c in load.between(down_at, up_from, "get")]
+        creates_down = [c.seconds for c in created_down]
+        assert len(gets_down) >= 20
+        assert percentile(gets_down, 99) < GET_P99_BOUND_S
+
+        rows = wait_all_terminal(stack, 60)
+        settled_s = load.now() - up_at
+        late = sum(
+            r["dispatched_at"] is not None and (r["dispatched_at"] - r["created_at"]).total_seconds() > 1
+            for r in rows.values()
+        )
+        summary = assert_each_completed_once(stack, load.received, rows)
+        assert summary["attempts=1"] == len(load.received), summary
+        assert_principals_isolated(stack, load.received)
+        print(
+            f"\nbroker outage {up_from - down_at:.1f} s: {len(created_down)} tasks created meanwhile "
+            f"(tools/call p99 {percentile(creates_down, 99) * 1000:.0f} ms), "
+            f"tasks/get p50 {percentile(gets_down, 50) * 1000:.1f} ms / p99 "
+            f"{percentile(gets_down, 99) * 1000:.1f} ms over {len(gets_down)} calls; "
+            f"{len(load.received)} tasks handed out, {dict(summary)}; {late} published late; "
+            f"all ended {settled_s:.1f} s after the broker restart"
+        )
+
+
+@pytest.mark.slow
+def test_tasks_whose_jobs_the_broker_lost_still_end(services: FaultServices, fault_db: str) -> None:
+    stack = FaultStack("broker-loss", fault_db, services.broker.url, services.root / "runs" / "broker-loss")
+    with running(stack):
+        stack.start_api()  # no worker yet: the jobs wait in Redis
+        client = FaultClient(stack.url, "alice")
+        stack.closing(client)
+        task_ids = [task_id for _ in range(3) if (task_id := client.create(0).task_id)]
+        assert len(task_ids) == 3
+        support.wait_until(
+            lambda: all(r["dispatched_at"] for r in stack.rows(task_ids).values()), 15, what="the publisher"
+        )
+        services.broker.stop()
+        services.broker.wipe()
+        services.broker.start()
+        stack.start_worker()
+        stack.start_maintenance()
+        stack.start_beat()
+        stack.wait_worker_ready()
+        stack.wait_sweeps(after=stack.db_now())
+        # The sweeper re-publishes jobs published but never started after 5 s (stack setting).
+        wait_all_terminal(stack, 25)

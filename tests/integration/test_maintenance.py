@@ -1,0 +1,363 @@
+"""The beat jobs of ``gc.py`` against real Postgres: the sweeper (outbox and lost leases), the
+collector, its run record and the overdue alarm, and the TTL promise the collector keeps.
+
+No broker: ``sweep`` gets a list-appending ``publish_job``. Rows are made through the stores; raw
+SQL only moves clocks (creation, leases, expiry, last runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, LiteralString
+
+import psycopg
+import pytest
+from mcp_types import jsonrpc as codes
+from psycopg.rows import dict_row
+
+from mcp_celery_tasks import gc
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import ApiStore, NewTask, TaskRecord, WorkerStore, queries
+
+OWNER = "token:alice"
+ME = "host-a:101:aaaa1111"
+LEASE_S = 30.0
+RETENTION_MS = 60_000
+UNDISPATCHED_AFTER_S = 30.0
+FAIL_AFTER_S = 900.0
+GRACE_S = 5.0
+
+Db = psycopg.Connection[dict[str, Any]]
+
+
+@pytest.fixture
+def sweep_settings(db_url: str) -> Settings:
+    return Settings(
+        database_url=db_url,
+        tool_modules=["workers"],
+        undispatched_after_seconds=UNDISPATCHED_AFTER_S,
+        undispatched_fail_after_seconds=FAIL_AFTER_S,
+        lease_grace_seconds=GRACE_S,
+        gc_interval_seconds=60,
+        gc_alarm_intervals=3,
+    )
+
+
+@pytest.fixture
+async def api(sweep_settings: Settings) -> AsyncIterator[ApiStore]:
+    store = ApiStore(sweep_settings)
+    await store.open()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def store(sweep_settings: Settings) -> Iterator[WorkerStore]:
+    worker_store = WorkerStore(sweep_settings)
+    yield worker_store
+    worker_store.close()
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Db]:
+    with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:
+        yield conn
+
+
+@pytest.fixture
+def published() -> list[tuple[str, str]]:
+    return []
+
+
+def publisher(published: list[tuple[str, str]]) -> gc.PublishJob:
+    return lambda job_id, queue: published.append((job_id, queue))
+
+
+def new_task(**overrides: Any) -> NewTask:
+    fields: dict[str, Any] = {
+        "task_id": secrets.token_urlsafe(24),
+        "job_id": str(uuid.uuid4()),
+        "owner": OWNER,
+        "tool_name": "slow_compute",
+        "arguments": {"seconds": 1},
+        "queue": "mcp.default",
+        "ttl_ms": RETENTION_MS,
+        "retention_ms": RETENTION_MS,
+        "poll_interval_ms": 500,
+        "max_attempts": 3,
+        "protocol_version": "2026-07-28",
+        "client_capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        "client_info": {"name": "tests", "version": "0"},
+    }
+    fields.update(overrides)
+    return NewTask(**fields)
+
+
+def row(db: Db, task_id: str) -> dict[str, Any] | None:
+    return db.execute("SELECT * FROM mcp_tasks WHERE task_id = %s", (task_id,)).fetchone()
+
+
+def move(db: Db, task_id: str, assignments: LiteralString) -> None:
+    """Move a row's clocks, e.g. ``"created_at = now() - interval '1 minute'"``."""
+    db.execute("UPDATE mcp_tasks SET " + assignments + " WHERE task_id = %s", (task_id,))
+
+
+async def dispatched(api: ApiStore, store: WorkerStore, **overrides: Any) -> TaskRecord:
+    """A task whose job was published: it waits in the broker, no worker holds it yet."""
+    record = await api.create_task(new_task(**overrides))
+    assert store.mark_dispatched([record.job_id]) == 1
+    return record
+
+
+async def claimed(api: ApiStore, store: WorkerStore, **overrides: Any) -> TaskRecord:
+    record = await dispatched(api, store, **overrides)
+    assert store.claim(record.job_id, ME, LEASE_S) is not None
+    return record
+
+
+async def finished(api: ApiStore, store: WorkerStore, **overrides: Any) -> TaskRecord:
+    record = await claimed(api, store, **overrides)
+    assert store.finish(record.task_id, ME, "completed", result={"content": [], "isError": False})
+    return record
+
+
+# ---- sweep: the outbox ---------------------------------------------------------------------------
+
+
+async def test_sweep_publishes_only_rows_undispatched_past_the_threshold_and_marks_them(
+    api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
+) -> None:
+    older = await api.create_task(new_task())
+    old = await api.create_task(new_task(queue="gpu"))
+    fresh = await api.create_task(new_task())
+    move(db, older.task_id, "created_at = now() - interval '90 seconds'")
+    move(db, old.task_id, "created_at = now() - interval '60 seconds'")
+
+    assert gc.sweep(store, publisher(published), sweep_settings) == 2
+    assert published == [(older.job_id, "mcp.default"), (old.job_id, "gpu")]
+    for record in (older, old):
+        swept = row(db, record.task_id)
+        assert swept is not None and swept["dispatched_at"] is not None and swept["status"] == "working"
+    assert row(db, fresh.task_id)["dispatched_at"] is None  # type: ignore[index]
+    # Published once: the next sweep leaves them to the broker.
+    published.clear()
+    assert gc.sweep(store, publisher(published), sweep_settings) == 0
+    assert published == []
+
+
+async def test_sweep_never_touches_a_dispatched_unleased_row(
+    api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
+) -> None:
+    # Queued behind a long backlog for an hour, past even the fail threshold: still not ours.
+    queued = await dispatched(api, store)
+    move(
+        db,
+        queued.task_id,
+        "created_at = now() - interval '1 hour', dispatched_at = now() - interval '1 hour'",
+    )
+    before = row(db, queued.task_id)
+
+    assert gc.sweep(store, publisher(published), sweep_settings) == 0
+    assert published == []
+    assert row(db, queued.task_id) == before
+
+
+# ---- sweep: lost leases --------------------------------------------------------------------------
+
+
+async def test_sweep_republishes_an_active_row_whose_lease_expired_past_the_grace(
+    api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
+) -> None:
+    lost = await claimed(api, store, queue="gpu")
+    waiting = await claimed(api, store)  # input_required and its worker died: lost too
+    db.execute("UPDATE mcp_tasks SET status = 'input_required' WHERE task_id = %s", (waiting.task_id,))
+    within_grace = await claimed(api, store)
+    alive = await claimed(api, store)
+    done = await finished(api, store)
+    move(db, lost.task_id, "lease_until = now() - interval '10 seconds'")
+    move(db, waiting.task_id, "lease_until = now() - interval '20 seconds'")
+    move(db, within_grace.task_id, "lease_until = now() - interval '1 second'")
+    move(db, done.task_id, "lease_until = now() - interval '1 minute'")
+    before = {r.task_id: row(db, r.task_id) for r in (lost, waiting, within_grace, alive, done)}
+
+    assert gc.sweep(store, publisher(published), sweep_settings) == 2
+    assert sorted(published) == sorted([(lost.job_id, "gpu"), (waiting.job_id, "mcp.default")])
+    # Publishing is all it does: the next claim (after the lease) is the new worker's.
+    assert {task_id: row(db, task_id) for task_id in before} == before
+
+
+# ---- sweep: giving up ----------------------------------------------------------------------------
+
+
+async def test_sweep_fails_rows_undispatched_past_the_fail_threshold_and_notifies(
+    api: ApiStore,
+    store: WorkerStore,
+    db: Db,
+    db_url: str,
+    sweep_settings: Settings,
+    published: list[tuple[str, str]],
+) -> None:
+    hopeless = await api.create_task(new_task())
+    late = await api.create_task(new_task())
+    move(db, hopeless.task_id, "created_at = now() - interval '20 minutes'")
+    move(db, late.task_id, "created_at = now() - interval '1 minute'")
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN " + queries.NOTIFY_CHANNEL)
+
+        assert gc.sweep(store, publisher(published), sweep_settings) == 1
+
+        payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+    assert payloads == [hopeless.task_id]
+    assert published == [(late.job_id, "mcp.default")]  # published, not failed
+    failed = await api.get_task(hopeless.task_id, OWNER)
+    assert failed is not None and failed.status == "failed"
+    assert failed.error is not None and failed.error["code"] == codes.INTERNAL_ERROR
+    assert "could not be queued" in failed.error["message"]
+    assert failed.result is None
+    raw = row(db, hopeless.task_id)
+    assert raw is not None and raw["finished_at"] is not None and raw["dispatched_at"] is None
+    assert failed.expires_at is not None and failed.expires_at > failed.db_now  # readable for its retention
+
+
+async def test_sweep_records_its_run(
+    api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
+) -> None:
+    record = await api.create_task(new_task())
+    move(db, record.task_id, "created_at = now() - interval '1 minute'")
+    assert gc.sweep(store, publisher(published), sweep_settings) == 1
+    ran = db.execute("SELECT last_count, now() - last_run_at AS ago FROM mcp_maintenance WHERE job = 'sweep'")
+    found = ran.fetchone()
+    assert found is not None and found["last_count"] == 1 and found["ago"].total_seconds() < 5
+
+
+# ---- collect_garbage ---------------------------------------------------------------------------
+
+
+def count(db: Db, sql: LiteralString) -> int:
+    found = db.execute(sql).fetchone()
+    assert found is not None
+    return int(next(iter(found.values())))
+
+
+async def test_collect_garbage_deletes_only_expired_rows_without_a_live_lease(
+    api: ApiStore, store: WorkerStore, db: Db
+) -> None:
+    expired = [await finished(api, store) for _ in range(3)]
+    db.execute(
+        "INSERT INTO mcp_task_inputs (task_id, key, method, params, params_hash) "
+        "VALUES (%s, 'k', 'elicitation/create', '{}', 'h')",
+        (expired[0].task_id,),
+    )
+    for record in expired:
+        move(db, record.task_id, "expires_at = now() - interval '1 second'")
+    not_yet = await finished(api, store)
+    stopping = await claimed(api, store)  # cancelled, its worker still winding down
+    await api.request_cancel(stopping.task_id, OWNER)
+    move(db, stopping.task_id, "expires_at = now() - interval '1 second'")
+    active = await claimed(api, store)
+
+    assert gc.collect_garbage(store) == 3
+    left = {r["task_id"] for r in db.execute("SELECT task_id FROM mcp_tasks").fetchall()}
+    assert left == {not_yet.task_id, stopping.task_id, active.task_id}
+    assert count(db, "SELECT count(*) FROM mcp_task_inputs") == 0
+    # Once the stopping worker's lease is over, its row goes too.
+    move(db, stopping.task_id, "lease_until = now() - interval '1 second'")
+    assert gc.collect_garbage(store) == 1
+
+
+async def test_collect_garbage_deletes_in_bounded_batches(api: ApiStore, store: WorkerStore, db: Db) -> None:
+    for _ in range(25):
+        record = await finished(api, store)
+        move(db, record.task_id, "expires_at = now() - interval '1 second'")
+
+    assert gc.collect_garbage(store, batch=10, max_batches=2) == 20
+    assert count(db, "SELECT count(*) FROM mcp_tasks") == 5
+    # The rest is the next run's.
+    assert gc.collect_garbage(store, batch=10, max_batches=2) == 5
+    assert count(db, "SELECT count(*) FROM mcp_tasks") == 0
+    assert gc.collect_garbage(store, batch=10, max_batches=2) == 0
+
+
+async def test_collect_garbage_records_its_run_in_mcp_maintenance(
+    api: ApiStore, store: WorkerStore, db: Db
+) -> None:
+    record = await finished(api, store)
+    move(db, record.task_id, "expires_at = now() - interval '1 second'")
+    assert gc.collect_garbage(store) == 1
+    ran = db.execute(
+        "SELECT last_count, now() - last_run_at AS ago FROM mcp_maintenance WHERE job = 'collect_garbage'"
+    ).fetchone()
+    assert ran is not None and ran["last_count"] == 1 and ran["ago"].total_seconds() < 5
+    assert gc.collect_garbage(store) == 0
+    again = db.execute("SELECT last_count FROM mcp_maintenance WHERE job = 'collect_garbage'").fetchone()
+    assert again == {"last_count": 0}
+
+
+async def test_collect_garbage_skips_while_another_collector_holds_the_lock(
+    api: ApiStore, store: WorkerStore, db: Db, db_url: str
+) -> None:
+    record = await finished(api, store)
+    move(db, record.task_id, "expires_at = now() - interval '1 second'")
+    with psycopg.connect(db_url) as other:
+        assert other.execute("SELECT pg_try_advisory_xact_lock(%s)", (queries.GC_LOCK_KEY,)).fetchone() == (
+            True,
+        )
+        assert gc.collect_garbage(store) == 0
+        assert row(db, record.task_id) is not None
+        other.rollback()
+    assert gc.collect_garbage(store) == 1
+
+
+# ---- the overdue alarm -------------------------------------------------------------------------
+
+
+async def test_gc_overdue_reports_a_collector_that_stopped_running(
+    store: WorkerStore, db: Db, sweep_settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert gc.gc_overdue(store, sweep_settings) is None  # never ran: nothing to compare with
+    gc.collect_garbage(store)
+    assert gc.gc_overdue(store, sweep_settings) is None
+    # The alarm allows gc_alarm_intervals * gc_interval_seconds = 180 s.
+    db.execute("UPDATE mcp_maintenance SET last_run_at = now() - interval '170 seconds'")
+    assert gc.gc_overdue(store, sweep_settings) is None
+    db.execute("UPDATE mcp_maintenance SET last_run_at = now() - interval '1 hour'")
+    overdue = gc.gc_overdue(store, sweep_settings)
+    assert overdue is not None and 3600 <= overdue < 3660
+    with caplog.at_level(logging.ERROR, logger="mcp_celery_tasks.gc"):
+        gc.sweep(store, publisher([]), sweep_settings)
+    assert any("ALARM" in r.getMessage() for r in caplog.records)
+    gc.collect_garbage(store)
+    assert gc.gc_overdue(store, sweep_settings) is None
+
+
+# ---- TTL: nothing readable disappears before createdAt + ttlMs ----------------------------------
+
+
+async def test_a_finished_task_stays_readable_until_created_at_plus_its_reported_ttl(
+    api: ApiStore, store: WorkerStore, db: Db
+) -> None:
+    record = await api.create_task(new_task(retention_ms=5_000, ttl_ms=5_000))
+    while_working = await api.get_task(record.task_id, OWNER)
+    assert while_working is not None
+    assert store.claim(record.job_id, ME, LEASE_S) is not None
+    await asyncio.sleep(0.05)  # a run that takes a moment: the final TTL must cover the time it ran
+    assert store.finish(record.task_id, ME, "completed", result={"content": [], "isError": False})
+
+    done = await api.get_task(record.task_id, OWNER)
+    assert done is not None and done.expires_at is not None
+    ttl_ms = done.reported_ttl_ms()
+    # Never shorter than a TTL reported earlier, and exactly where the collector will look.
+    assert ttl_ms >= while_working.reported_ttl_ms()
+    end = done.created_at.timestamp() * 1000 + ttl_ms
+    assert abs(end - done.expires_at.timestamp() * 1000) < 1
+    assert end > done.db_now.timestamp() * 1000
+
+    assert gc.collect_garbage(store) == 0
+    assert await api.get_task(record.task_id, OWNER) is not None
+    move(db, record.task_id, "expires_at = now() - interval '1 millisecond'")
+    assert gc.collect_garbage(store) == 1
+    assert await api.get_task(record.task_id, OWNER) is None
