@@ -173,8 +173,26 @@ async def _call_tool(services: Services, ctx: RequestContext, params: dict[str, 
             })  # fmt: skip
         preflight = collected
     as_task = tasked and spec.mode != "forbidden"
+    record = await start_job(services, ctx, spec, arguments, as_task=as_task, preflight=preflight)
+    if as_task:
+        return dump(_created(record))
+    return Deferred(lambda: _await_sync(services, ctx, spec, arguments, record.task_id))
+
+
+async def start_job(
+    services: Services,
+    ctx: RequestContext,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    *,
+    as_task: bool,
+    preflight: dict[str, Any] | None = None,
+    retention_ms: int | None = None,
+) -> TaskRecord:
+    """Commit the task row, then hand its job to the publisher (both eras use this)."""
     settings = services.settings
-    retention_ms = int(spec.retention_seconds * 1000) if spec.retention_seconds else settings.retention_ms
+    if retention_ms is None:
+        retention_ms = int(spec.retention_seconds * 1000) if spec.retention_seconds else settings.retention_ms
     assert ctx.meta is not None
     record = await services.store.create_task(
         NewTask(
@@ -198,9 +216,7 @@ async def _call_tool(services: Services, ctx: RequestContext, params: dict[str, 
     # (SEP-2663 S-12). Publishing happens off the loop; the sweeper covers a crash here.
     services.publisher.publish_job(record.job_id, record.queue, tracing.inject())
     metrics.tasks_created.labels(spec.name, "task" if as_task else "sync").inc()
-    if as_task:
-        return dump(_created(record))
-    return Deferred(lambda: _await_sync(services, ctx, spec, arguments, record.task_id))
+    return record
 
 
 def _open_state(

@@ -16,13 +16,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import secrets
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from mcp_celery_tasks import metrics
 from mcp_celery_tasks.errors import InvalidParams, InvalidRequest, MethodNotFound, ProtocolError
 from mcp_celery_tasks.handlers import (
     UNKNOWN_TASK,
@@ -32,10 +30,11 @@ from mcp_celery_tasks.handlers import (
     _cancel,
     _record,
     _StoredError,
+    start_job,
 )
 from mcp_celery_tasks.push import Stream
 from mcp_celery_tasks.registry import all_tools, get_tool
-from mcp_celery_tasks.store import NewTask, TaskRecord
+from mcp_celery_tasks.store import TaskRecord
 from mcp_celery_tasks.wire import CallToolParams, RequestMeta, iso
 
 __all__ = ["LEGACY_VERSIONS", "LegacyResult", "handle", "is_legacy"]
@@ -196,30 +195,13 @@ async def _call_tool(
             f"{spec.name!r} asks questions before it starts; call it with a 2026-07-28 client"
         )
     as_task = wants_task and spec.mode != "forbidden"
-    settings = services.settings
-    retention_ms = int(spec.retention_seconds * 1000) if spec.retention_seconds else settings.retention_ms
+    retention_ms: int | None = None
     requested_ttl = params["task"].get("ttl") if as_task else None
     if isinstance(requested_ttl, int) and not isinstance(requested_ttl, bool) and requested_ttl > 0:
-        retention_ms = min(requested_ttl, settings.max_retention_ms)  # the client's ask (SEP-1686)
-    record = await services.store.create_task(
-        NewTask(
-            task_id=secrets.token_urlsafe(24),
-            job_id=str(uuid.uuid4()),
-            owner=session.owner,
-            tool_name=spec.name,
-            arguments=arguments,
-            queue=spec.queue or settings.default_queue,
-            ttl_ms=retention_ms,
-            retention_ms=min(retention_ms, settings.max_retention_ms),
-            poll_interval_ms=spec.poll_interval_ms or settings.poll_interval_ms,
-            max_attempts=spec.max_attempts or settings.max_attempts,
-            protocol_version=session.protocol_version,
-            client_capabilities=session.capabilities,
-            client_info=session.client_info,
-        )
+        retention_ms = min(requested_ttl, services.settings.max_retention_ms)  # the client's ask (SEP-1686)
+    record = await start_job(
+        services, _context(session), spec, arguments, as_task=as_task, retention_ms=retention_ms
     )
-    services.publisher.publish_job(record.job_id, record.queue)
-    metrics.tasks_created.labels(spec.name, "task" if as_task else "sync").inc()
     if as_task:
         return _ok(rid, {"task": _task(record)})
     if sse:
