@@ -103,6 +103,7 @@ def create_server(settings: Settings) -> FastAPI:
         load_tool_modules(settings.tool_modules)
         store = ApiStore(settings)
         await store.open()
+        await _check_connection_budget(store, settings)
         events = TaskEvents(store, poll_s=settings.push_recheck_seconds)
         await events.start()
         marker = WorkerStore(settings, application_name="mcp-celery-tasks-publisher")
@@ -234,6 +235,25 @@ def create_server(settings: Settings) -> FastAPI:
         return Response(metrics.render(), media_type=metrics.CONTENT_TYPE_LATEST)
 
     return app
+
+
+async def _check_connection_budget(store: ApiStore, settings: Settings) -> None:
+    """Warn at start-up when this process's pool would not fit under max_connections (the
+    README's budget: api × (db_pool_max + 2) + Σ worker (concurrency + 1) + 5)."""
+    try:
+        used, limit = await store.connection_headroom()
+    except InfrastructureError:
+        logger.warning("Postgres is not reachable at start-up; the API will keep trying")
+        return
+    needed = settings.db_pool_max + 2
+    if used + needed > limit - 5:
+        logger.warning(
+            "connection budget: %d of max_connections=%d are in use and this API process may open %d "
+            "more; raise max_connections or lower MCP_TASKS_DB_POOL_MAX",
+            used,
+            limit,
+            needed,
+        )
 
 
 async def _sse(services: Services, reply: dispatch.Reply) -> AsyncIterator[str]:

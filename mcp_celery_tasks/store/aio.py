@@ -203,6 +203,15 @@ class ApiStore:
         }
         return [_rows.task_record(row) for row in await self._fetch(queries.LIST_TASKS, params)]
 
+    async def connection_headroom(self) -> tuple[int, int]:
+        """(connections in use, max_connections) of the server, for the start-up budget check."""
+        rows = await self._fetch(
+            "SELECT (SELECT count(*) FROM pg_stat_activity)::int AS used, "
+            "current_setting('max_connections')::int AS max",
+            {},
+        )
+        return int(rows[0]["used"]), int(rows[0]["max"])
+
     async def schema_revision(self) -> str | None:
         """The applied migration (raises InfrastructureError when Postgres is unreachable)."""
         rows = await self._fetch("SELECT version_num FROM alembic_version", {})
