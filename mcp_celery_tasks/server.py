@@ -239,7 +239,7 @@ def create_server(settings: Settings) -> FastAPI:
 
 async def _check_connection_budget(store: ApiStore, settings: Settings) -> None:
     """Warn at start-up when this process's pool would not fit under max_connections (the
-    README's budget: api × (db_pool_max + 2) + Σ worker (concurrency + 1) + 5)."""
+    README's budget: api * (db_pool_max + 2) + sum of worker (concurrency + 1) + 5)."""
     try:
         used, limit = await store.connection_headroom()
     except InfrastructureError:
