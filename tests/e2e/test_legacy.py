@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -200,3 +202,46 @@ def test_deleting_the_session_ends_it(legacy: Legacy) -> None:
     deleted = legacy.http.delete(legacy.url, headers={"Mcp-Session-Id": legacy.session})
     assert deleted.status_code == 200
     assert legacy.post({"method": "tools/list"}, session=True).status_code == 404
+
+
+@pytest.fixture(scope="session")
+def ts_sdk1() -> Path:
+    """The TypeScript SDK 1.32.2 (SEP-1686 client) from npm, with our driver script beside it."""
+    folder = ROOT / ".cache" / "ts-sdk1"
+    if not (folder / "node_modules" / "@modelcontextprotocol" / "sdk").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "package.json").write_text('{"name": "ts-sdk1", "version": "1.0.0", "type": "module"}')
+        installed = (
+            shutil.which("npm") is not None
+            and subprocess.run(
+                ["npm", "install", "--no-audit", "--no-fund", "@modelcontextprotocol/sdk@1.32.2"],
+                cwd=folder,
+                capture_output=True,
+                timeout=600,
+            ).returncode
+            == 0
+        )
+        if not installed:
+            if os.environ.get("CI") == "true":
+                pytest.fail("could not install @modelcontextprotocol/sdk@1.32.2")
+            pytest.skip("npm could not install @modelcontextprotocol/sdk@1.32.2")
+    shutil.copy(ROOT / "tests" / "e2e" / "legacy" / "ts_sdk1_client.mjs", folder / "client.mjs")
+    return folder
+
+
+def test_typescript_sdk_1_32_client_streams_a_sep_1686_task_to_its_result(
+    stack: Stack, ts_sdk1: Path
+) -> None:
+    run = subprocess.run(
+        ["node", "client.mjs", stack.url, "slow_compute", '{"seconds": 0.5}'],
+        cwd=ts_sdk1,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    steps = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert steps and steps[0]["step"] == "connected", run.stderr[-2000:]
+    assert steps[0]["tasks"]["requests"] == {"tools": {"call": {}}}
+    kinds = [s["step"] for s in steps]
+    assert kinds[1] == "taskCreated" and "taskStatus" in kinds
+    assert steps[-1] == {"step": "result", "text": "done after 0.5s"}

@@ -1,0 +1,23 @@
+// Driven by tests/e2e/test_legacy.py with the TypeScript SDK 1.32.2 (a 2025-11-25 client):
+// calls a tool as a SEP-1686 task through client.experimental.tasks.callToolStream and prints
+// one JSON line per message it receives.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
+
+const [url, tool, args] = process.argv.slice(2);
+const client = new Client({ name: "ts-sdk-1", version: "1.32.2" }, { capabilities: {} });
+await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+console.log(JSON.stringify({ step: "connected", tasks: client.getServerCapabilities()?.tasks ?? null }));
+const stream = client.experimental.tasks.callToolStream(
+  { name: tool, arguments: JSON.parse(args ?? "{}") },
+  CallToolResultSchema,
+  { task: { ttl: 60000 } },
+);
+for await (const message of stream) {
+  if (message.type === "taskCreated") console.log(JSON.stringify({ step: "taskCreated", status: message.task.status }));
+  else if (message.type === "taskStatus") console.log(JSON.stringify({ step: "taskStatus", status: message.task.status }));
+  else if (message.type === "result") console.log(JSON.stringify({ step: "result", text: message.result.content[0].text }));
+  else if (message.type === "error") console.log(JSON.stringify({ step: "error", message: String(message.error?.message ?? message.error) }));
+}
+await client.close();
