@@ -152,18 +152,38 @@ async def test_sweep_publishes_only_rows_undispatched_past_the_threshold_and_mar
 async def test_sweep_never_touches_a_dispatched_unleased_row(
     api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
 ) -> None:
-    # Queued behind a long backlog for an hour, past even the fail threshold: still not ours.
+    # Queued behind a long backlog for 20 minutes, past even the fail threshold: still not ours
+    # (below republish_unstarted_after_seconds, 30 minutes by default).
     queued = await dispatched(api, store)
     move(
         db,
         queued.task_id,
-        "created_at = now() - interval '1 hour', dispatched_at = now() - interval '1 hour'",
+        "created_at = now() - interval '20 minutes', dispatched_at = now() - interval '20 minutes'",
     )
     before = row(db, queued.task_id)
 
     assert gc.sweep(store, publisher(published), sweep_settings) == 0
     assert published == []
     assert row(db, queued.task_id) == before
+
+
+async def test_sweep_republishes_a_job_published_long_ago_that_never_started_once_per_period(
+    api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
+) -> None:
+    # The broker may have lost it (a failover without its data): publish it again, and
+    # re-stamp it so the next sweep waits a whole period before doing it again.
+    lost = await dispatched(api, store)
+    move(
+        db,
+        lost.task_id,
+        "created_at = now() - interval '2 hours', dispatched_at = now() - interval '2 hours'",
+    )
+
+    assert gc.sweep(store, publisher(published), sweep_settings) == 1
+    assert published == [(lost.job_id, "mcp.default")]
+    assert row(db, lost.task_id)["status"] == "working"  # type: ignore[index]
+    published.clear()
+    assert gc.sweep(store, publisher(published), sweep_settings) == 0
 
 
 # ---- sweep: lost leases --------------------------------------------------------------------------
