@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -234,6 +235,12 @@ class Proc:
         self.stop(signal.SIGKILL, timeout=10)
 
 
+def _die_with_parent() -> None:
+    # Linux: if pytest itself is killed, its API and worker processes go too (no orphans).
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def spawn(name: str, args: list[str], env: dict[str, str]) -> Proc:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log = LOG_DIR / f"{name}.log"
@@ -245,6 +252,7 @@ def spawn(name: str, args: list[str], env: dict[str, str]) -> Proc:
         stdout=handle,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=_die_with_parent,
     )
     return Proc(name, popen, log)
 
