@@ -281,7 +281,7 @@ async def _resume_sync(
     record = await services.store.get_task(task_id, ctx.principal)
     if record is None:
         raise InvalidParams("The requestState refers to a task that no longer exists")
-    await _record(services, record, responses)
+    await record_answers(services, record, responses)
     return Deferred(lambda: _await_sync(services, ctx, spec, arguments, task_id))
 
 
@@ -297,7 +297,7 @@ async def _await_sync(
             until=lambda r: not r.active or r.status == "input_required",
         )
     except asyncio.CancelledError:
-        await asyncio.shield(_cancel(services, task_id, ctx.principal, "the caller went away"))
+        await asyncio.shield(request_cancel(services, task_id, ctx.principal, "the caller went away"))
         raise
     if final is None:
         raise InternalError("the task disappeared before it finished")
@@ -313,7 +313,7 @@ async def _await_sync(
             or final
         )
     if final.active:
-        await _cancel(services, task_id, ctx.principal, "max_sync_wait exceeded")
+        await request_cancel(services, task_id, ctx.principal, "max_sync_wait exceeded")
         raise ProtocolError(
             f"The tool did not finish within {services.settings.max_sync_wait_seconds:.0f} s; "
             "call it as a task (declare the io.modelcontextprotocol/tasks extension) instead"
@@ -321,7 +321,7 @@ async def _await_sync(
     if final.status == "completed" and final.result is not None:
         return final.result
     if final.status == "failed" and final.error is not None:
-        raise _StoredError(final.error)
+        raise StoredError(final.error)
     raise ProtocolError("The tool call was cancelled")
 
 
@@ -329,7 +329,7 @@ def _input_entry(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
     return {"method": method, **({"params": params} if params is not None else {})}
 
 
-class _StoredError(ProtocolError):
+class StoredError(ProtocolError):
     """A task's recorded JSON-RPC error, answered as the synchronous call's error."""
 
     http_status = 200
@@ -385,11 +385,11 @@ async def update_task(services: Services, ctx: RequestContext, params: dict[str,
     record = await services.store.get_task(request.task_id, ctx.principal)
     if record is None:
         raise InvalidParams(UNKNOWN_TASK)
-    await _record(services, record, request.input_responses)
+    await record_answers(services, record, request.input_responses)
     return dump(EmptyAck())
 
 
-async def _record(services: Services, record: TaskRecord, responses: dict[str, Any]) -> None:
+async def record_answers(services: Services, record: TaskRecord, responses: dict[str, Any]) -> None:
     """Record answers to outstanding keys; ignore the rest (S-31); one bad answer records none."""
     if record.status != "input_required":
         return
@@ -409,14 +409,14 @@ async def _record(services: Services, record: TaskRecord, responses: dict[str, A
 async def cancel_task(services: Services, ctx: RequestContext, params: dict[str, Any]) -> Result:
     _require_extension(ctx)
     request = TaskIdParams.model_validate(params)
-    found = await _cancel(services, request.task_id, ctx.principal, None)
+    found = await request_cancel(services, request.task_id, ctx.principal, None)
     if not found:
         raise InvalidParams(UNKNOWN_TASK)
     # An ack, also for a task that was already terminal (conformance: idempotent ack).
     return dump(EmptyAck())
 
 
-async def _cancel(services: Services, task_id: str, owner: str, message: str | None) -> bool:
+async def request_cancel(services: Services, task_id: str, owner: str, message: str | None) -> bool:
     outcome = await services.store.request_cancel(task_id, owner, message)
     if outcome.cancelled_now and outcome.job_id:
         metrics.cancels_requested.labels(outcome.tool or "unknown").inc()

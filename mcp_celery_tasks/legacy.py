@@ -27,9 +27,9 @@ from mcp_celery_tasks.handlers import (
     Deferred,
     RequestContext,
     Services,
-    _cancel,
-    _record,
-    _StoredError,
+    StoredError,
+    record_answers,
+    request_cancel,
     start_job,
 )
 from mcp_celery_tasks.push import Stream
@@ -287,7 +287,7 @@ async def _cancel_task(
     if not record.active:
         # SEP-1686: cancelling a terminal task is an error (SEP-2663 acknowledges instead).
         raise InvalidParams(f"Cannot cancel a task in terminal status {record.status!r}")
-    await _cancel(services, record.task_id, session.owner, "cancelled by the client")
+    await request_cancel(services, record.task_id, session.owner, "cancelled by the client")
     updated = await services.store.get_task(record.task_id, session.owner)
     return _ok(rid, _task(updated or record))
 
@@ -338,7 +338,7 @@ async def _follow(
     finally:
         if not finished and not related:
             # The synchronous caller left (or timed out): its task must not run on for nobody.
-            await asyncio.shield(_cancel(services, task_id, owner, "the caller went away"))
+            await asyncio.shield(request_cancel(services, task_id, owner, "the caller went away"))
 
 
 def _response(request_id: Any, record: TaskRecord | None, related: bool) -> dict[str, Any]:
@@ -361,7 +361,7 @@ async def _final(services: Services, session: Session, task_id: str, *, related:
     if "error" in message:
         error = message["error"]
         if isinstance(error, dict) and "code" in error:
-            raise _StoredError(error)
+            raise StoredError(error)
     result: dict[str, Any] = message["result"]
     return result
 
@@ -381,7 +381,7 @@ async def _client_response(services: Services, body: dict[str, Any], principal: 
     else:
         answer = {"action": "decline"}  # the client refused the request
     try:
-        await _record(services, record, {key: answer})
+        await record_answers(services, record, {key: answer})
     except InvalidParams:
         return LegacyResult(202)  # a malformed answer leaves the request outstanding
     return LegacyResult(202)

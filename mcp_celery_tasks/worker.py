@@ -13,9 +13,7 @@ import inspect
 import json
 import logging
 import os
-import re
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -33,21 +31,19 @@ from mcp_celery_tasks.context import TaskContext
 from mcp_celery_tasks.errors import (
     TASKS_EXTENSION,
     InfrastructureError,
-    InputTimedOut,
     McpError,
     TaskCancelled,
     ToolError,
 )
 from mcp_celery_tasks.registry import ToolSpec, all_tools, get_tool, load_tool_modules
 from mcp_celery_tasks.results import error_result, to_call_tool_result
+from mcp_celery_tasks.runtime import LeaseKeeper, Runtime
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ClaimedTask, WorkerStore
 
 __all__ = ["JobOutcome", "JobRunner", "install", "worker_identity"]
 
 logger = logging.getLogger(__name__)
-
-_AUTO_KEY = re.compile(r"\d+-[0-9a-f]{16}")
 
 _IDENTITY: str | None = None
 _IDENTITY_PID: int | None = None
@@ -68,146 +64,6 @@ class JobOutcome:
 
     status: str
     retry_in: float | None = None
-
-
-class _Runtime:
-    """The TaskContext's view of the worker: status writes, ownership checks, input waits."""
-
-    def __init__(self, store: WorkerStore, task_id: str, worker: str, inbox: Callable[[], Inbox]) -> None:
-        self._store = store
-        self._task_id = task_id
-        self._worker = worker
-        self._inbox = inbox
-        self.ctx: TaskContext | None = None
-
-    def write_status(self, message: str) -> None:
-        if not self._store.report(self._task_id, self._worker, message) and self.ctx is not None:
-            self.ctx.mark_lost()
-
-    def still_running(self) -> bool:
-        try:
-            return self._store.still_mine(self._task_id, self._worker)
-        except InfrastructureError:
-            return True  # an unreadable row is not a cancel; the lease decides
-
-    def ask(
-        self, requests: dict[str, tuple[str, dict[str, Any] | None, str]], timeout_s: float
-    ) -> dict[str, Any]:
-        recorded = self._store.all_inputs(self._task_id)
-        stored_key: dict[str, str] = {}
-        to_open: list[dict[str, Any]] = []
-        supersede: list[str] = []
-        for key, (method, params, digest) in requests.items():
-            aliases = [key, *sorted(k for k in recorded if k.startswith(key + "~"))]
-            match = next(
-                (
-                    k
-                    for k in aliases
-                    if k in recorded and recorded[k].params_hash == digest and not recorded[k].superseded
-                ),
-                None,
-            )
-            if match is not None:
-                stored_key[key] = match  # asked before (a re-run): replay the answer or wait on
-                continue
-            if _AUTO_KEY.fullmatch(key):
-                # An automatic key is ``<ordinal>-<hash>``: the same ordinal with another hash
-                # is the question this re-run no longer asks; it must not stay outstanding.
-                ordinal = key.split("-", 1)[0] + "-"
-                supersede += [
-                    k
-                    for k, row in recorded.items()
-                    if k.startswith(ordinal) and k != key and row.response is None and not row.superseded
-                ]
-            new_key = key
-            if key in recorded:
-                # The key once named another request: never reuse it (S-26); ask anew.
-                supersede += [k for k in aliases if k in recorded and recorded[k].response is None]
-                suffix = 2
-                while f"{key}~{suffix}" in recorded:
-                    suffix += 1
-                new_key = f"{key}~{suffix}"
-            stored_key[key] = new_key
-            to_open.append({"key": new_key, "method": method, "params": params, "params_hash": digest})
-        answers = {
-            key: recorded[stored].response
-            for key, stored in stored_key.items()
-            if stored in recorded and recorded[stored].response is not None
-        }
-        pending = {key: stored for key, stored in stored_key.items() if key not in answers}
-        if not pending:
-            return answers
-        inbox = self._inbox()
-        inbox.declare()  # the queue exists before any client can see the request
-        if not self._store.open_inputs(self._task_id, self._worker, inbox.name, to_open, supersede):
-            raise TaskCancelled("the task was cancelled")
-        deadline = time.monotonic() + timeout_s
-        keys = list(pending.values())
-        tool = self.ctx.tool_name if self.ctx is not None else "unknown"
-        waiting_since = time.monotonic()
-        metrics.inputs_waiting.labels(tool).inc()
-        try:
-            with tracing.tracer.start_as_current_span("input wait") as span:
-                span.set_attribute("mcp.inputs", len(keys))
-                return self._wait_for_answers(inbox, pending, keys, answers, deadline, timeout_s)
-        finally:
-            metrics.inputs_waiting.labels(tool).dec()
-            metrics.input_wait_seconds.labels(tool).observe(time.monotonic() - waiting_since)
-
-    def _wait_for_answers(
-        self,
-        inbox: Inbox,
-        pending: dict[str, str],
-        keys: list[str],
-        answers: dict[str, Any],
-        deadline: float,
-        timeout_s: float,
-    ) -> dict[str, Any]:
-        while True:
-            mine, recorded_answers = self._store.input_state(self._task_id, self._worker, keys)
-            if not mine:
-                if self.ctx is not None:
-                    self.ctx.mark_lost()
-                raise TaskCancelled("the task was cancelled")
-            if all(stored in recorded_answers for stored in keys):
-                answers.update({key: recorded_answers[stored] for key, stored in pending.items()})
-                return answers
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._store.expire_inputs(self._task_id, self._worker, keys)
-                raise InputTimedOut(f"Nobody answered the input request within {timeout_s:.0f} s")
-            # Re-read on every wake-up and every few seconds: a lost wake-up costs latency only.
-            inbox.wait(self._task_id, min(left, 3.0))
-
-
-class _LeaseKeeper(threading.Thread):
-    """Renews the lease while the tool runs (CPU-bound tools never touch ctx) and flushes
-    coalesced status messages."""
-
-    def __init__(self, store: WorkerStore, ctx: TaskContext, worker: str, lease_s: float) -> None:
-        super().__init__(name=f"mcp-lease-{ctx.job_id[:8]}", daemon=True)
-        self._store = store
-        self._ctx = ctx
-        self._worker = worker
-        self._lease_s = lease_s
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        renew_every = self._lease_s / 3
-        last_renew = time.monotonic()
-        while not self._halt.wait(0.25):
-            try:
-                self._ctx._flush_if_due()
-                if time.monotonic() - last_renew >= renew_every:
-                    last_renew = time.monotonic()
-                    if not self._store.renew_lease(self._ctx.task_id, self._worker, self._lease_s):
-                        self._ctx.mark_lost()
-            except InfrastructureError:
-                logger.warning("lease renewal failed for job %s", self._ctx.job_id, exc_info=True)
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(timeout=5)
 
 
 class JobRunner:
@@ -257,7 +113,7 @@ class JobRunner:
         return JobOutcome("skipped")
 
     def _execute(self, spec: ToolSpec, claimed: ClaimedTask, me: str) -> JobOutcome:
-        runtime = _Runtime(self._store, claimed.task_id, me, self._inbox)
+        runtime = Runtime(self._store, claimed.task_id, me, self._inbox)
         ctx = TaskContext(
             task_id=claimed.task_id,
             job_id=claimed.job_id,
@@ -276,7 +132,7 @@ class JobRunner:
         runtime.ctx = ctx
         if claimed.attempts == 1:
             metrics.task_pickup_seconds.labels(spec.name, claimed.queue).observe(claimed.age_s)
-        keeper = _LeaseKeeper(self._store, ctx, me, self._settings.lease_seconds)
+        keeper = LeaseKeeper(self._store, ctx, me, self._settings.lease_seconds)
         keeper.start()
         started = time.monotonic()
         status = "completed"
