@@ -17,7 +17,7 @@ import jwt
 
 from mcp_celery_tasks.settings import Settings
 
-__all__ = ["ANONYMOUS", "Authenticator", "Unauthorized", "authenticate"]
+__all__ = ["ANONYMOUS", "Authenticator", "Unauthorized"]
 
 ANONYMOUS = "anon"
 METADATA_PATH = "/.well-known/oauth-protected-resource"
@@ -97,8 +97,3 @@ class Authenticator:
             "bearer_methods_supported": ["header"],
             "resource_name": self.settings.server_name,
         }
-
-
-def authenticate(settings: Settings, authorization: str | None) -> str:
-    """Static-token and anonymous principals (no JWT key fetching)."""
-    return Authenticator(settings).principal(authorization)
