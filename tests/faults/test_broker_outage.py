@@ -81,7 +81,15 @@ def test_broker_outage_keeps_the_api_answering_and_loses_no_task(
 
 @pytest.mark.slow
 def test_tasks_whose_jobs_the_broker_lost_still_end(services: FaultServices, fault_db: str) -> None:
-    stack = FaultStack("broker-loss", fault_db, services.broker.url, services.root / "runs" / "broker-loss")
+    # Re-publish jobs published but never started after 5 s (30 min by default): a queue this
+    # short cannot hide them behind a backlog, and the broker lost them anyway.
+    stack = FaultStack(
+        "broker-loss",
+        fault_db,
+        services.broker.url,
+        services.root / "runs" / "broker-loss",
+        MCP_TASKS_REPUBLISH_UNSTARTED_AFTER_SECONDS="5",
+    )
     with running(stack):
         stack.start_api()  # no worker yet: the jobs wait in Redis
         client = FaultClient(stack.url, "alice")
