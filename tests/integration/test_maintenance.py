@@ -17,11 +17,11 @@ from typing import Any, LiteralString
 import psycopg
 import pytest
 from mcp_types import jsonrpc as codes
-from psycopg.rows import dict_row
 
 from mcp_celery_tasks import gc
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, NewTask, TaskRecord, WorkerStore, queries
+from tests.integration.conftest import Db
 
 OWNER = "token:alice"
 ME = "host-a:101:aaaa1111"
@@ -30,8 +30,6 @@ RETENTION_MS = 60_000
 UNDISPATCHED_AFTER_S = 30.0
 FAIL_AFTER_S = 900.0
 GRACE_S = 5.0
-
-Db = psycopg.Connection[dict[str, Any]]
 
 
 @pytest.fixture
@@ -60,12 +58,6 @@ def store(sweep_settings: Settings) -> Iterator[WorkerStore]:
     worker_store = WorkerStore(sweep_settings)
     yield worker_store
     worker_store.close()
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Db]:
-    with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:
-        yield conn
 
 
 @pytest.fixture

@@ -19,11 +19,11 @@ from typing import Any, LiteralString
 import psycopg
 import pytest
 from mcp_types import jsonrpc as codes
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, NewTask, TaskRecord, WorkerStore, queries
+from tests.integration.conftest import Db
 
 OWNER = "token:alice"
 STRANGER = "token:mallory"
@@ -31,8 +31,6 @@ ME = "host-a:101:aaaa1111"
 RIVAL = "host-b:202:bbbb2222"
 LEASE_S = 30.0
 RETENTION_MS = 60_000
-
-Db = psycopg.Connection[dict[str, Any]]
 
 
 def new_task(**overrides: Any) -> NewTask:
@@ -69,13 +67,6 @@ def worker_store(settings: Settings) -> Iterator[WorkerStore]:
     store = WorkerStore(settings)
     yield store
     store.close()
-
-
-@pytest.fixture
-def db(db_url: str) -> Iterator[Db]:
-    """A raw autocommit connection for moving clocks and reading columns the store hides."""
-    with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:
-        yield conn
 
 
 @pytest.fixture
