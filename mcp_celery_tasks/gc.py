@@ -20,6 +20,8 @@ __all__ = ["collect_garbage", "gc_overdue", "sweep"]
 logger = logging.getLogger(__name__)
 
 PublishJob = Callable[[str, str], None]
+QueueDepth = Callable[[str], "int | None"]
+"""How many messages wait in a queue; None when the broker cannot be asked."""
 
 
 def collect_garbage(store: WorkerStore, *, batch: int = 1000, max_batches: int = 100) -> int:
@@ -53,11 +55,19 @@ def gc_overdue(store: WorkerStore, settings: Settings) -> float | None:
     return None
 
 
-def sweep(store: WorkerStore, publish_job: PublishJob, settings: Settings, *, limit: int = 500) -> int:
+def sweep(
+    store: WorkerStore,
+    publish_job: PublishJob,
+    settings: Settings,
+    *,
+    queue_depth: QueueDepth,
+    limit: int = 500,
+) -> int:
     """Publish rows still undispatched after ``undispatched_after_seconds`` (the outbox: a crash
     or an outage between commit and publish); fail those that could not be published for
-    ``undispatched_fail_after_seconds``; re-publish active rows whose lease ran out (their
-    worker died). A dispatched row that is merely queued has no lease and is never touched."""
+    ``undispatched_fail_after_seconds``; re-publish published jobs no worker started (lost on
+    the way, see ``_unstarted``) and active rows whose lease ran out (their worker died). A
+    job that is merely queued behind others is never touched."""
     failed = store.fail_undispatched(
         settings.undispatched_fail_after_seconds,
         {"code": codes.INTERNAL_ERROR, "message": "The job could not be queued (the broker was unavailable)"},
@@ -72,7 +82,7 @@ def sweep(store: WorkerStore, publish_job: PublishJob, settings: Settings, *, li
         republished += 1
     if undispatched:
         store.mark_dispatched([job_id for job_id, _ in undispatched])
-    for job_id, queue in store.unstarted(settings.republish_unstarted_after_seconds, limit):
+    for job_id, queue in _unstarted(store, settings, queue_depth, limit):
         publish_job(job_id, queue)
         republished += 1
     for job_id, queue in store.lost_leases(settings.lease_grace_seconds, limit):
@@ -86,3 +96,22 @@ def sweep(store: WorkerStore, publish_job: PublishJob, settings: Settings, *, li
         logger.error("ALARM: the garbage collector has not run for %.0f s; is beat running?", overdue)
     store.record_run("sweep", republished)
     return republished
+
+
+def _unstarted(
+    store: WorkerStore, settings: Settings, queue_depth: QueueDepth, limit: int
+) -> list[tuple[str, str]]:
+    """Published jobs no worker started, each re-stamped so it comes back only a period later.
+
+    After ``republish_unstarted_after_seconds`` whatever the queue holds (a broker that lost its
+    data). After ``republish_idle_queue_after_seconds`` when the job's queue holds no waiting
+    message: nothing queues it any more, so the worker that received it lost its connection
+    before starting it. Redis keeps such a message aside until its visibility timeout (12 h);
+    RabbitMQ requeues it, and then the queue is not empty.
+    """
+    jobs = store.unstarted(settings.republish_unstarted_after_seconds, limit)
+    idle_after = settings.republish_idle_queue_after_seconds
+    for queue in store.unstarted_queues(idle_after):
+        if queue_depth(queue) == 0:
+            jobs += store.unstarted(idle_after, limit, queue)
+    return jobs

@@ -166,6 +166,11 @@ class Settings(BaseSettings):
     republish_unstarted_after_seconds: float = 1800.0
     """A job published this long ago that no worker has started is published again (the broker
     may have lost it in a failover); a duplicate is harmless, the claim lets one run through."""
+    republish_idle_queue_after_seconds: float = 20.0
+    """A job published this long ago that no worker has started is published again, sooner than
+    ``republish_unstarted_after_seconds``, when its queue holds no waiting message: the worker
+    that received it lost its broker connection before starting it (Redis keeps such a message
+    aside until ``redis_visibility_timeout_seconds``). A job queued behind others is left alone."""
     lease_grace_seconds: float = 5.0
     """The sweeper re-publishes an active task whose lease ran out this long ago."""
 

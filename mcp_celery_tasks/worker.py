@@ -311,7 +311,12 @@ def install(app: Celery, settings: Settings, *, load_tools: bool = True) -> Work
 
     @app.task(name=SWEEP, ignore_result=True)
     def sweep() -> int:
-        return gc.sweep(store, lambda job_id, queue: channel.publish_job(app, job_id, queue), settings)
+        return gc.sweep(
+            store,
+            lambda job_id, queue: channel.publish_job(app, job_id, queue),
+            settings,
+            queue_depth=lambda queue: channel.queue_depth(app, queue),
+        )
 
     if load_tools:
         load_tool_modules(settings.tool_modules)

@@ -179,12 +179,22 @@ LIMIT %(limit)s
 """
 
 # Published long ago, never started: re-stamped so the next sweep waits as long again.
+_UNSTARTED_SINCE: Final[LiteralString] = f"""
+    status IN {ACTIVE_SQL} AND started_at IS NULL AND lease_until IS NULL
+      AND dispatched_at < now() - %(older_than_s)s * interval '1 second'"""
+
+# The queues that hold such jobs (the sweeper asks the broker how many messages wait in each).
+UNSTARTED_QUEUES: Final[LiteralString] = f"""
+SELECT DISTINCT queue FROM mcp_tasks WHERE {_UNSTARTED_SINCE}
+"""
+
+# Re-stamped, so the next sweep waits a whole period; ``queue`` NULL means every queue.
 UNSTARTED: Final[LiteralString] = f"""
 UPDATE mcp_tasks SET dispatched_at = now()
 WHERE task_id IN (
     SELECT task_id FROM mcp_tasks
-    WHERE status IN {ACTIVE_SQL} AND started_at IS NULL AND lease_until IS NULL
-      AND dispatched_at < now() - %(older_than_s)s * interval '1 second'
+    WHERE {_UNSTARTED_SINCE}
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
     ORDER BY dispatched_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

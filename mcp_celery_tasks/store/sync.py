@@ -231,9 +231,13 @@ class WorkerStore:
         rows = self._fetch(queries.UNDISPATCHED, {"older_than_s": older_than_s, "limit": limit})
         return [(row["job_id"], row["queue"]) for row in rows]
 
-    def unstarted(self, older_than_s: float, limit: int) -> list[tuple[str, str]]:
-        rows = self._fetch(queries.UNSTARTED, {"older_than_s": older_than_s, "limit": limit})
-        return [(row["job_id"], row["queue"]) for row in rows]
+    def unstarted_queues(self, older_than_s: float) -> list[str]:
+        return [row["queue"] for row in self._fetch(queries.UNSTARTED_QUEUES, {"older_than_s": older_than_s})]
+
+    def unstarted(self, older_than_s: float, limit: int, queue: str | None = None) -> list[tuple[str, str]]:
+        """Jobs published ``older_than_s`` ago that no worker started, re-stamped as published now."""
+        params = {"older_than_s": older_than_s, "limit": limit, "queue": queue}
+        return [(row["job_id"], row["queue"]) for row in self._fetch(queries.UNSTARTED, params)]
 
     def lost_leases(self, grace_s: float, limit: int) -> list[tuple[str, str]]:
         rows = self._fetch(queries.LOST_LEASES, {"grace_s": grace_s, "limit": limit})

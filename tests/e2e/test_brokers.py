@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support import Client, Stack, wait_until
+from mcp_celery_tasks.celery_app import create_app
+from mcp_celery_tasks.channel import publish_job, queue_depth
+from mcp_celery_tasks.settings import Settings
+from tests.support import Client, Stack, free_port, wait_until
 
 
 @pytest.fixture
@@ -46,3 +50,30 @@ def test_cancelled_spin_stops_and_the_worker_records_finished_at(
     assert row["result"] is None
     assert row["lease_until"] is None
     assert row["finished_at"] >= row["started_at"]
+
+
+def test_queue_depth_counts_the_messages_waiting_in_a_queue(any_stack: Stack) -> None:
+    # What the sweeper asks before it re-publishes a job no worker started (gc._unstarted).
+    settings = Settings(broker_url=any_stack.broker_url)
+    app = create_app(settings)
+    name = f"mcpt.depth.{uuid.uuid4().hex[:8]}"  # no worker consumes it
+    try:
+        assert queue_depth(app, name) == 0  # no such queue (Redis: no list) holds nothing
+        for _ in range(2):
+            publish_job(app, str(uuid.uuid4()), name)
+        assert wait_until(lambda: queue_depth(app, name) == 2, 5, what="two waiting messages")
+    finally:
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_purge(name)  # Redis: the list goes
+            conn.default_channel.queue_delete(name)  # RabbitMQ: the queue goes
+        app.close()
+    assert queue_depth(app, name) == 0
+
+
+def test_queue_depth_is_none_when_the_broker_cannot_be_asked(any_stack: Stack) -> None:
+    scheme = any_stack.broker_url.split("://", 1)[0]
+    app = create_app(Settings(broker_url=f"{scheme}://127.0.0.1:{free_port()}/"))
+    try:
+        assert queue_depth(app, "mcp.default", timeout_s=1.0) is None
+    finally:
+        app.close()

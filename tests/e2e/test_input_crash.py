@@ -21,6 +21,7 @@ import pytest
 
 from mcp_celery_tasks import gc
 from mcp_celery_tasks.celery_app import RUN_TOOL, create_app
+from mcp_celery_tasks.channel import queue_depth
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
 from tests import support
@@ -109,7 +110,7 @@ def sweep_lost_leases(stack: Stack) -> int:
         app.send_task(RUN_TOOL, args=[job_id], task_id=job_id, queue=queue)
 
     try:
-        return gc.sweep(store, publish, settings)
+        return gc.sweep(store, publish, settings, queue_depth=lambda queue: queue_depth(app, queue))
     finally:
         store.close()
         app.close()

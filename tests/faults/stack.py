@@ -278,7 +278,8 @@ class FaultStack:
     def _spawn(self, label: str, args: list[str]) -> support.Proc:
         old = self.procs.get(label)
         assert old is None or old.popen.poll() is not None, f"{label} is already running"
-        proc = support.spawn(f"faults-{self.name}-{label}", args, self.env)
+        env = dict(self.env, MCP_TASKS_WORKER_METRICS_PORT=str(support.free_port()))  # one per worker
+        proc = support.spawn(f"faults-{self.name}-{label}", args, env)
         self.procs[label] = proc
         return proc
 
@@ -432,7 +433,16 @@ def wait_all_terminal(stack: FaultStack, timeout: float) -> dict[str, dict[str, 
     except AssertionError:
         stuck = {t: (r["status"], r["attempts"], r["dispatched_at"], r["lease_until"])
                  for t, r in stack.rows().items() if r["status"] not in support.TERMINAL}  # fmt: skip
-        raise AssertionError(f"{len(stuck)} tasks never ended: {list(stuck.items())[:10]}") from None
+        complaints = [
+            line[:300]
+            for label in ("worker", "maintenance")
+            for line in stack.log_tail(label, 200_000).splitlines()
+            if '"level": "warning"' in line or '"level": "error"' in line
+        ]
+        raise AssertionError(
+            f"{len(stuck)} tasks never ended: {list(stuck.items())[:10]}; "
+            f"what the workers complained of last: {complaints[-10:]}"
+        ) from None
 
 
 def assert_each_completed_once(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import redis
 
 from tests import support
 from tests.faults.services import FaultServices
@@ -109,3 +110,40 @@ def test_tasks_whose_jobs_the_broker_lost_still_end(services: FaultServices, fau
         stack.wait_sweeps(after=stack.db_now())
         # The sweeper re-publishes jobs published but never started after 5 s (stack setting).
         wait_all_terminal(stack, 25)
+
+
+@pytest.mark.slow
+def test_a_job_a_worker_received_but_never_started_runs_once_its_queue_is_empty(
+    services: FaultServices, fault_db: str
+) -> None:
+    # A worker took the message and lost its broker connection before starting it: Redis keeps
+    # such a message aside, unacknowledged, for its visibility timeout (12 h by default), so
+    # nothing queues the job any more. The sweeper sees an empty queue and publishes it again
+    # (after 3 s here, 20 s by default), long before the 30-minute rule would.
+    stack = FaultStack(
+        "taken",
+        fault_db,
+        services.broker.url,
+        services.root / "runs" / "taken",
+        MCP_TASKS_REPUBLISH_IDLE_QUEUE_AFTER_SECONDS="3",
+    )
+    with running(stack):
+        stack.start_api()  # no worker yet: the job waits in Redis
+        client = FaultClient(stack.url, "alice")
+        stack.closing(client)
+        task_id = client.create(0).task_id
+        assert task_id is not None
+        support.wait_until(lambda: stack.rows([task_id])[task_id]["dispatched_at"], 15, what="the publisher")
+        broker = redis.Redis(unix_socket_path=str(services.broker.socket))
+        try:
+            assert broker.rpop(stack.queues[0]) is not None  # what BRPOP hands a worker
+            assert broker.llen(stack.queues[0]) == 0
+        finally:
+            broker.close()
+        stack.start_worker()
+        stack.start_maintenance()
+        stack.start_beat()
+        row = wait_all_terminal(stack, 30)[task_id]
+        assert row["status"] == "completed" and row["attempts"] == 1
+        marks = stack.marks(task_id)
+        assert (marks["start"], marks["end"]) == (1, 1), marks

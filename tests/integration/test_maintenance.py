@@ -11,7 +11,7 @@ import asyncio
 import logging
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, LiteralString
 
 import psycopg
@@ -65,8 +65,24 @@ def published() -> list[tuple[str, str]]:
     return []
 
 
-def publisher(published: list[tuple[str, str]]) -> gc.PublishJob:
-    return lambda job_id, queue: published.append((job_id, queue))
+BACKLOG = 100
+
+
+def sweep(
+    store: WorkerStore,
+    published: list[tuple[str, str]],
+    settings: Settings,
+    depths: Mapping[str, int | None] | None = None,
+) -> int:
+    """``gc.sweep`` publishing into ``published``; every queue holds a backlog of ``BACKLOG``
+    messages unless ``depths`` says otherwise (None: the broker cannot be asked)."""
+    waiting = depths or {}
+    return gc.sweep(
+        store,
+        lambda job_id, queue: published.append((job_id, queue)),
+        settings,
+        queue_depth=lambda queue: waiting.get(queue, BACKLOG),
+    )
 
 
 def new_task(**overrides: Any) -> NewTask:
@@ -129,7 +145,7 @@ async def test_sweep_publishes_only_rows_undispatched_past_the_threshold_and_mar
     move(db, older.task_id, "created_at = now() - interval '90 seconds'")
     move(db, old.task_id, "created_at = now() - interval '60 seconds'")
 
-    assert gc.sweep(store, publisher(published), sweep_settings) == 2
+    assert sweep(store, published, sweep_settings) == 2
     assert published == [(older.job_id, "mcp.default"), (old.job_id, "gpu")]
     for record in (older, old):
         swept = row(db, record.task_id)
@@ -137,7 +153,7 @@ async def test_sweep_publishes_only_rows_undispatched_past_the_threshold_and_mar
     assert row(db, fresh.task_id)["dispatched_at"] is None  # type: ignore[index]
     # Published once: the next sweep leaves them to the broker.
     published.clear()
-    assert gc.sweep(store, publisher(published), sweep_settings) == 0
+    assert sweep(store, published, sweep_settings) == 0
     assert published == []
 
 
@@ -154,7 +170,7 @@ async def test_sweep_never_touches_a_dispatched_unleased_row(
     )
     before = row(db, queued.task_id)
 
-    assert gc.sweep(store, publisher(published), sweep_settings) == 0
+    assert sweep(store, published, sweep_settings) == 0
     assert published == []
     assert row(db, queued.task_id) == before
 
@@ -171,11 +187,39 @@ async def test_sweep_republishes_a_job_published_long_ago_that_never_started_onc
         "created_at = now() - interval '2 hours', dispatched_at = now() - interval '2 hours'",
     )
 
-    assert gc.sweep(store, publisher(published), sweep_settings) == 1
+    assert sweep(store, published, sweep_settings) == 1
     assert published == [(lost.job_id, "mcp.default")]
     assert row(db, lost.task_id)["status"] == "working"  # type: ignore[index]
     published.clear()
-    assert gc.sweep(store, publisher(published), sweep_settings) == 0
+    assert sweep(store, published, sweep_settings) == 0
+
+
+async def test_sweep_republishes_an_unstarted_job_sooner_when_its_queue_holds_no_message(
+    api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
+) -> None:
+    # A worker received it and lost its broker connection before starting it (Redis keeps it
+    # aside for its visibility timeout). Only an empty queue says so: behind a backlog, or with
+    # a broker that cannot be asked, the job may still be on its way, and a fresh one surely is.
+    idle = sweep_settings.republish_idle_queue_after_seconds
+    assert idle < sweep_settings.republish_unstarted_after_seconds
+    lost = await dispatched(api, store, queue="empty")
+    fresh = await dispatched(api, store, queue="empty")
+    queued = await dispatched(api, store, queue="busy")
+    unknown = await dispatched(api, store, queue="unreachable")
+    for record in (lost, queued, unknown):
+        move(db, record.task_id, "dispatched_at = now() - interval '1 minute'")
+    move(db, fresh.task_id, "dispatched_at = now() - interval '5 seconds'")
+    depths = {"empty": 0, "busy": 3, "unreachable": None}
+    before = {r.task_id: row(db, r.task_id) for r in (fresh, queued, unknown)}
+
+    assert sweep(store, published, sweep_settings, depths) == 1
+    assert published == [(lost.job_id, "empty")]
+    assert {task_id: row(db, task_id) for task_id in before} == before
+    # Re-stamped: the next sweep leaves it alone for another period.
+    published.clear()
+    assert sweep(store, published, sweep_settings, depths) == 0
+    move(db, lost.task_id, "dispatched_at = now() - interval '1 minute'")
+    assert sweep(store, published, sweep_settings, depths) == 1
 
 
 # ---- sweep: lost leases --------------------------------------------------------------------------
@@ -196,7 +240,7 @@ async def test_sweep_republishes_an_active_row_whose_lease_expired_past_the_grac
     move(db, done.task_id, "lease_until = now() - interval '1 minute'")
     before = {r.task_id: row(db, r.task_id) for r in (lost, waiting, within_grace, alive, done)}
 
-    assert gc.sweep(store, publisher(published), sweep_settings) == 2
+    assert sweep(store, published, sweep_settings) == 2
     assert sorted(published) == sorted([(lost.job_id, "gpu"), (waiting.job_id, "mcp.default")])
     # Publishing is all it does: the next claim (after the lease) is the new worker's.
     assert {task_id: row(db, task_id) for task_id in before} == before
@@ -220,7 +264,7 @@ async def test_sweep_fails_rows_undispatched_past_the_fail_threshold_and_notifie
     with psycopg.connect(db_url, autocommit=True) as listener:
         listener.execute("LISTEN " + queries.NOTIFY_CHANNEL)
 
-        assert gc.sweep(store, publisher(published), sweep_settings) == 1
+        assert sweep(store, published, sweep_settings) == 1
 
         payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
     assert payloads == [hopeless.task_id]
@@ -240,7 +284,7 @@ async def test_sweep_records_its_run(
 ) -> None:
     record = await api.create_task(new_task())
     move(db, record.task_id, "created_at = now() - interval '1 minute'")
-    assert gc.sweep(store, publisher(published), sweep_settings) == 1
+    assert sweep(store, published, sweep_settings) == 1
     ran = db.execute("SELECT last_count, now() - last_run_at AS ago FROM mcp_maintenance WHERE job = 'sweep'")
     found = ran.fetchone()
     assert found is not None and found["last_count"] == 1 and found["ago"].total_seconds() < 5
@@ -340,7 +384,7 @@ async def test_gc_overdue_reports_a_collector_that_stopped_running(
     overdue = gc.gc_overdue(store, sweep_settings)
     assert overdue is not None and 3600 <= overdue < 3660
     with caplog.at_level(logging.ERROR, logger="mcp_celery_tasks.gc"):
-        gc.sweep(store, publisher([]), sweep_settings)
+        sweep(store, [], sweep_settings)
     assert any("ALARM" in r.getMessage() for r in caplog.records)
     gc.collect_garbage(store)
     assert gc.gc_overdue(store, sweep_settings) is None
