@@ -144,16 +144,17 @@ async def dispatch(services: Services, body: Any, headers: Headers, principal: s
         reply = Reply(error.http_status, error_body(request_id, error), request_id=request_id)
     reply.method, reply.started = method, started
     if reply.deferred is None and reply.stream is None:
-        _observe(reply)
+        _observe(reply, services.settings.metrics_enabled)
     return reply
 
 
-def _observe(reply: Reply) -> None:
+def _observe(reply: Reply, counted: bool) -> None:
     """Count and time a finished request; log it (method, code, latency; never its params)."""
     code = (reply.body or {}).get("error", {}).get("code", 0) if reply.body else 0
     elapsed = time.perf_counter() - reply.started
-    metrics.rpc_requests.labels(reply.method, str(code)).inc()
-    metrics.rpc_seconds.labels(reply.method).observe(elapsed)
+    if counted:
+        metrics.rpc_requests.labels(reply.method, str(code)).inc()
+        metrics.rpc_seconds.labels(reply.method).observe(elapsed)
     if request_log.isEnabledFor(logging.INFO):
         request_log.info(
             "%s %s %.1f ms",
@@ -313,5 +314,5 @@ async def settle(services: Services, reply: Reply) -> dict[str, Any]:
         reply.body = error_body(reply.request_id, as_protocol_error(exc))
     else:
         reply.body = result_body(services, reply.request_id, dict(result))
-    _observe(reply)
+    _observe(reply, services.settings.metrics_enabled)
     return reply.body

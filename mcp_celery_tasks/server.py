@@ -230,9 +230,11 @@ def create_server(settings: Settings) -> FastAPI:
         ready = all(value == "ok" for value in checks.values()) and len(checks) == 3
         return _json(200 if ready else 503, {"ready": ready, "checks": checks})
 
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        return Response(metrics.render(), media_type=metrics.CONTENT_TYPE_LATEST)
+    if settings.metrics_enabled:
+
+        @app.get("/metrics")
+        async def prometheus() -> Response:
+            return Response(metrics.render(), media_type=metrics.CONTENT_TYPE_LATEST)
 
     return app
 

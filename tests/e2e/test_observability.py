@@ -175,3 +175,19 @@ def test_a_trace_started_at_tools_call_continues_in_the_worker(stack: Stack, tmp
     finally:
         api.stop()
         worker.stop(signal.SIGQUIT)
+
+
+def test_an_api_with_metrics_off_serves_no_metrics_and_still_answers(stack: Stack) -> None:
+    # The switch the overhead benchmark flips (tests/bench/metrics_overhead.sh).
+    api: Proc
+    api, url = start_api("api-no-metrics", dict(stack.env, MCP_TASKS_METRICS_ENABLED="false"))
+    try:
+        assert httpx.get(url.removesuffix("/mcp") + "/metrics", timeout=10).status_code == 404
+        client = Client(url)
+        try:
+            assert client.wait_status(client.start("noop"))["status"] == "completed"
+        finally:
+            client.close()
+        assert httpx.get(stack.url.removesuffix("/mcp") + "/metrics", timeout=10).status_code == 200
+    finally:
+        api.stop()
