@@ -437,10 +437,11 @@ def wait_all_terminal(stack: FaultStack, timeout: float) -> dict[str, dict[str, 
             line[:300]
             for label in ("worker", "maintenance")
             for line in stack.log_tail(label, 200_000).splitlines()
-            if '"level": "warning"' in line or '"level": "error"' in line
+            if any(f'"level": "{level}"' in line for level in ("warning", "error", "critical"))
         ]
+        exits = {label: proc.popen.poll() for label, proc in stack.procs.items()}  # None: running
         raise AssertionError(
-            f"{len(stuck)} tasks never ended: {list(stuck.items())[:10]}; "
+            f"{len(stuck)} tasks never ended: {list(stuck.items())[:10]}; exit codes: {exits}; "
             f"what the workers complained of last: {complaints[-10:]}"
         ) from None
 
