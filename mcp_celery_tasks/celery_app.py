@@ -42,7 +42,7 @@ def create_app(settings: Settings) -> Celery:
         broker_connection_timeout=4.0,
         broker_transport_options=transport_options,
         worker_hijack_root_logger=False,
-        worker_send_task_events=True,
+        worker_send_task_events=settings.worker_task_events,
         beat_schedule={
             "mcp-collect-garbage": {
                 "task": COLLECT_GARBAGE,

@@ -179,6 +179,10 @@ class Settings(BaseSettings):
 
     redis_visibility_timeout_seconds: int = 43_200
     """Redis redelivers an unacknowledged job after this; keep it above the longest job."""
+    worker_task_events: bool = False
+    """Workers send Celery task events from the start (``celery worker -E``). Flower turns them
+    on by itself while it runs; always on, they took half of a worker's main-process CPU per
+    short job (py-spy)."""
     worker_soft_shutdown_seconds: float = 20.0
     """On a cold shutdown running jobs get this long before they are requeued; keep it below
     the stop grace period of your process manager."""

@@ -73,6 +73,7 @@ class JobRunner:
         self._store = store
         self._settings = settings
         self._inbox = inbox
+        self._leases = LeaseKeeper(store, settings.lease_seconds)
 
     def run(self, job_id: str, headers: dict[str, Any] | None = None) -> JobOutcome:
         with tracing.tracer.start_as_current_span("run_tool", context=tracing.extract(headers)) as span:
@@ -132,8 +133,7 @@ class JobRunner:
         runtime.ctx = ctx
         if claimed.attempts == 1:
             metrics.task_pickup_seconds.labels(spec.name, claimed.queue).observe(claimed.age_s)
-        keeper = LeaseKeeper(self._store, ctx, me, self._settings.lease_seconds)
-        keeper.start()
+        self._leases.watch(ctx, me)
         started = time.monotonic()
         status = "completed"
         result: dict[str, Any] | None = None
@@ -153,7 +153,7 @@ class JobRunner:
             logger.warning(
                 "job %s hit an infrastructure error; it will be retried", claimed.job_id, exc_info=True
             )
-            keeper.stop()
+            self._leases.release(ctx)
             with contextlib.suppress(InfrastructureError):  # else the lease runs out by itself
                 self._store.release(claimed.task_id, me)
             return JobOutcome("infrastructure", retry_in=min(60.0, 2.0**claimed.attempts))
@@ -164,7 +164,7 @@ class JobRunner:
                 f"Ask the operator to look up job {claimed.job_id} in the worker log."
             )
         finally:
-            keeper.stop()
+            self._leases.release(ctx)
         elapsed = time.monotonic() - started
         metrics.task_run_seconds.labels(spec.name, claimed.queue).observe(elapsed)
         with contextlib.suppress(InfrastructureError):

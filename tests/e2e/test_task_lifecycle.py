@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from mcp_types import jsonrpc as codes
 
@@ -98,3 +101,19 @@ def test_readme_example_tool_counts_words_and_reports_a_tool_error(client: Clien
     failed = client.wait_status(client.start("count_words", {"urls": ["https://example.com"]}))
     assert failed["status"] == "completed" and failed["result"]["isError"] is True
     assert "only file:// URLs" in failed["result"]["content"][0]["text"]
+
+
+def test_the_worker_keeps_renewing_the_lease_of_each_running_job(stack: Stack, client: Client) -> None:
+    # The stack's lease is 6 s, renewed every 2 s by one thread per worker process. Three jobs in
+    # a row on two pool processes: at least one process reuses the thread an earlier job started.
+    for _ in range(3):
+        task_id = client.start("spin", {"seconds": 4.5})
+        leases: set[Any] = set()
+        while (row := stack.row(task_id))["status"] == "working":
+            if row["lease_until"] is not None:
+                leases.add(row["lease_until"])
+                assert row["lease_until"] > datetime.now(UTC)  # never lapsed while it ran
+            time.sleep(0.2)
+        assert row["status"] == "completed" and row["attempts"] == 1
+        assert row["lease_until"] is None
+        assert len(leases) >= 3, leases  # the claim's lease, then renewals at ~2 s and ~4 s
