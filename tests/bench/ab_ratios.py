@@ -23,6 +23,8 @@ METRICS = [
     "S1@64 create ok/s",
     "S1@1 p50 ms",
     "S1@64 server CPU µs/op",
+    "S3 p50 ms",
+    "S3 p99 ms",
 ]
 
 
@@ -34,9 +36,10 @@ def main(a_dir: str, b_dir: str) -> None:
     print(f"| metric (A ÷ B) | {' | '.join(f'r{r}' for r in rounds)} | median |")
     print(f"|---|{'---|' * len(rounds)}---|")
     for metric in METRICS:
-        ratios = [a[r].get(metric, 0) / b[r][metric] if b[r].get(metric) else float("nan") for r in rounds]
-        cells = " | ".join(f"{x:.3f}" for x in ratios)
-        print(f"| {metric} | {cells} | {median([x for x in ratios if x == x]):.3f} |")
+        ratios = [a[r][metric] / b[r][metric] for r in rounds if a[r].get(metric) and b[r].get(metric)]
+        if len(ratios) == len(rounds):  # measured in every round
+            cells = " | ".join(f"{x:.3f}" for x in ratios)
+            print(f"| {metric} | {cells} | {median(ratios):.3f} |")
 
 
 if __name__ == "__main__":
