@@ -205,3 +205,6 @@ class LeaseKeeper:
                     lease.ctx.mark_lost()
         except InfrastructureError:
             logger.warning("lease renewal failed for job %s", lease.ctx.job_id, exc_info=True)
+        except Exception:
+            # Never let one job's failure stop the thread that keeps every later job's lease.
+            logger.exception("lease keeping failed for job %s", lease.ctx.job_id)
