@@ -310,11 +310,15 @@ class FaultStack:
         hostname = f"faults-{self.name}-{label}-{os.getpid()}@localhost"
         return ["worker", "-P", "prefork", "-c", str(concurrency), "-Q", queue, "-n", hostname]
 
-    def start_all(self) -> None:
-        """API, tool worker, maintenance worker and beat; returns once each has done its job."""
+    def start_workers(self) -> None:
+        """Tool worker, maintenance worker and beat (not waiting for them)."""
         self.start_worker()
         self.start_maintenance()
         self.start_beat()
+
+    def start_all(self) -> None:
+        """API, tool worker, maintenance worker and beat; returns once each has done its job."""
+        self.start_workers()
         self.start_api()
         self.wait_worker_ready()
         self.wait_sweeps(after=self.db_now())

@@ -7,7 +7,9 @@ is back the publisher, the sweeper and the workers catch up: every task complete
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -80,32 +82,35 @@ def test_broker_outage_keeps_the_api_answering_and_loses_no_task(
         )
 
 
+@contextlib.contextmanager
+def jobs_waiting_in_redis(
+    services: FaultServices, fault_db: str, name: str, count: int, **settings: str
+) -> Iterator[tuple[FaultStack, list[str]]]:
+    """A stack with only its API running, and ``count`` tasks whose jobs were published to
+    Redis (no worker takes them yet)."""
+    stack = FaultStack(name, fault_db, services.broker.url, services.root / "runs" / name, **settings)
+    with running(stack):
+        stack.start_api()
+        client = FaultClient(stack.url, "alice")
+        stack.closing(client)
+        task_ids = [task_id for _ in range(count) if (task_id := client.create(0).task_id)]
+        assert len(task_ids) == count
+        support.wait_until(
+            lambda: all(r["dispatched_at"] for r in stack.rows(task_ids).values()), 15, what="the publisher"
+        )
+        yield stack, task_ids
+
+
 @pytest.mark.slow
 def test_tasks_whose_jobs_the_broker_lost_still_end(services: FaultServices, fault_db: str) -> None:
     # Re-publish jobs published but never started after 5 s (30 min by default): a queue this
     # short cannot hide them behind a backlog, and the broker lost them anyway.
-    stack = FaultStack(
-        "broker-loss",
-        fault_db,
-        services.broker.url,
-        services.root / "runs" / "broker-loss",
-        MCP_TASKS_REPUBLISH_UNSTARTED_AFTER_SECONDS="5",
-    )
-    with running(stack):
-        stack.start_api()  # no worker yet: the jobs wait in Redis
-        client = FaultClient(stack.url, "alice")
-        stack.closing(client)
-        task_ids = [task_id for _ in range(3) if (task_id := client.create(0).task_id)]
-        assert len(task_ids) == 3
-        support.wait_until(
-            lambda: all(r["dispatched_at"] for r in stack.rows(task_ids).values()), 15, what="the publisher"
-        )
+    settings = {"MCP_TASKS_REPUBLISH_UNSTARTED_AFTER_SECONDS": "5"}
+    with jobs_waiting_in_redis(services, fault_db, "broker-loss", 3, **settings) as (stack, _):
         services.broker.stop()
         services.broker.wipe()
         services.broker.start()
-        stack.start_worker()
-        stack.start_maintenance()
-        stack.start_beat()
+        stack.start_workers()
         stack.wait_worker_ready()
         stack.wait_sweeps(after=stack.db_now())
         # The sweeper re-publishes jobs published but never started after 5 s (stack setting).
@@ -120,29 +125,15 @@ def test_a_job_a_worker_received_but_never_started_runs_once_its_queue_is_empty(
     # such a message aside, unacknowledged, for its visibility timeout (12 h by default), so
     # nothing queues the job any more. The sweeper sees an empty queue and publishes it again
     # (after 3 s here, 20 s by default), long before the 30-minute rule would.
-    stack = FaultStack(
-        "taken",
-        fault_db,
-        services.broker.url,
-        services.root / "runs" / "taken",
-        MCP_TASKS_REPUBLISH_IDLE_QUEUE_AFTER_SECONDS="3",
-    )
-    with running(stack):
-        stack.start_api()  # no worker yet: the job waits in Redis
-        client = FaultClient(stack.url, "alice")
-        stack.closing(client)
-        task_id = client.create(0).task_id
-        assert task_id is not None
-        support.wait_until(lambda: stack.rows([task_id])[task_id]["dispatched_at"], 15, what="the publisher")
+    settings = {"MCP_TASKS_REPUBLISH_IDLE_QUEUE_AFTER_SECONDS": "3"}
+    with jobs_waiting_in_redis(services, fault_db, "taken", 1, **settings) as (stack, [task_id]):
         broker = redis.Redis(unix_socket_path=str(services.broker.socket))
         try:
             assert broker.rpop(stack.queues[0]) is not None  # what BRPOP hands a worker
             assert broker.llen(stack.queues[0]) == 0
         finally:
             broker.close()
-        stack.start_worker()
-        stack.start_maintenance()
-        stack.start_beat()
+        stack.start_workers()
         row = wait_all_terminal(stack, 30)[task_id]
         assert row["status"] == "completed" and row["attempts"] == 1
         marks = stack.marks(task_id)

@@ -121,6 +121,12 @@ async def dispatched(api: ApiStore, store: WorkerStore, **overrides: Any) -> Tas
     return record
 
 
+def published_ago(db: Db, task_id: str, interval: LiteralString) -> None:
+    """Created and published ``interval`` ago (e.g. ``"2 hours"``); no worker started it."""
+    ago: LiteralString = "now() - interval '" + interval + "'"
+    move(db, task_id, "created_at = " + ago + ", dispatched_at = " + ago)
+
+
 async def claimed(api: ApiStore, store: WorkerStore, **overrides: Any) -> TaskRecord:
     record = await dispatched(api, store, **overrides)
     assert store.claim(record.job_id, ME, LEASE_S) is not None
@@ -163,11 +169,7 @@ async def test_sweep_never_touches_a_dispatched_unleased_row(
     # Queued behind a long backlog for 20 minutes, past even the fail threshold: still not ours
     # (below republish_unstarted_after_seconds, 30 minutes by default).
     queued = await dispatched(api, store)
-    move(
-        db,
-        queued.task_id,
-        "created_at = now() - interval '20 minutes', dispatched_at = now() - interval '20 minutes'",
-    )
+    published_ago(db, queued.task_id, "20 minutes")
     before = row(db, queued.task_id)
 
     assert sweep(store, published, sweep_settings) == 0
@@ -181,11 +183,7 @@ async def test_sweep_republishes_a_job_published_long_ago_that_never_started_onc
     # The broker may have lost it (a failover without its data): publish it again, and
     # re-stamp it so the next sweep waits a whole period before doing it again.
     lost = await dispatched(api, store)
-    move(
-        db,
-        lost.task_id,
-        "created_at = now() - interval '2 hours', dispatched_at = now() - interval '2 hours'",
-    )
+    published_ago(db, lost.task_id, "2 hours")
 
     assert sweep(store, published, sweep_settings) == 1
     assert published == [(lost.job_id, "mcp.default")]
@@ -207,8 +205,8 @@ async def test_sweep_republishes_an_unstarted_job_sooner_when_its_queue_holds_no
     queued = await dispatched(api, store, queue="busy")
     unknown = await dispatched(api, store, queue="unreachable")
     for record in (lost, queued, unknown):
-        move(db, record.task_id, "dispatched_at = now() - interval '1 minute'")
-    move(db, fresh.task_id, "dispatched_at = now() - interval '5 seconds'")
+        published_ago(db, record.task_id, "1 minute")
+    published_ago(db, fresh.task_id, "5 seconds")
     depths = {"empty": 0, "busy": 3, "unreachable": None}
     before = {r.task_id: row(db, r.task_id) for r in (fresh, queued, unknown)}
 
@@ -218,7 +216,7 @@ async def test_sweep_republishes_an_unstarted_job_sooner_when_its_queue_holds_no
     # Re-stamped: the next sweep leaves it alone for another period.
     published.clear()
     assert sweep(store, published, sweep_settings, depths) == 0
-    move(db, lost.task_id, "dispatched_at = now() - interval '1 minute'")
+    published_ago(db, lost.task_id, "1 minute")
     assert sweep(store, published, sweep_settings, depths) == 1
 
 
