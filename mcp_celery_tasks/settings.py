@@ -7,12 +7,65 @@ workers always agree on queue names, timeouts and the database they talk to.
 from __future__ import annotations
 
 import json
+import os
+import typing
 from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-__all__ = ["Settings", "get_settings", "markdown_table"]
+__all__ = ["API_ONLY_SECRETS", "Settings", "get_settings", "markdown_table"]
+
+PREFIX = "MCP_TASKS_"
+
+API_ONLY_SECRETS = ("secret_keys", "auth_tokens", "jwt_public_key")
+"""Settings only the API process uses: workers, beat and admin commands never need them, so
+``worker`` drops them from its environment (a tool could otherwise read them)."""
+
+
+class FileSecretsSource(PydanticBaseSettingsSource):
+    """``MCP_TASKS_<NAME>_FILE=/run/secrets/x``: the setting's value is that file's content (the
+    Docker and Kubernetes secrets convention), so no secret sits in a process environment.
+
+    Setting both ``MCP_TASKS_<NAME>`` and ``MCP_TASKS_<NAME>_FILE`` is an error. A list setting
+    may be a JSON list or one value per line; a mapping must be JSON.
+    """
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads every field at once
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, field in self.settings_cls.model_fields.items():
+            variable = f"{PREFIX}{name.upper()}"
+            path = os.environ.get(f"{variable}_FILE")
+            if path is None:
+                continue
+            if variable in os.environ:
+                raise ValueError(f"both {variable} and {variable}_FILE are set; keep one")
+            try:
+                text = Path(path).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ValueError(f"{variable}_FILE: cannot read {path}: {exc.strerror or exc}") from None
+            values[name] = _decode(text, field.annotation, f"{variable}_FILE")
+        return values
+
+
+def _decode(text: str, annotation: Any, source: str) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        if text.startswith("["):
+            return json.loads(text)
+        return [line.strip() for line in text.splitlines() if line.strip()]
+    if origin is dict:
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise ValueError(f"{source}: the file must hold a JSON object") from None
+    return text
 
 
 class Settings(BaseSettings):
@@ -28,8 +81,10 @@ class Settings(BaseSettings):
     broker_url: str = "redis://127.0.0.1:6379/0"
     """Celery broker: ``redis://…`` or ``amqp://…``."""
 
-    tool_modules: list[str] = Field(default_factory=lambda: ["workers"])
-    """Python modules that define the tools (imported by the API and by workers)."""
+    tool_modules: list[str] = Field(default_factory=list)
+    """Python modules that define the tools (imported by the API and by workers), e.g.
+    ``["myproject.tools"]``. Nothing is served by default: ``serve`` and tool workers refuse to
+    start without one (``dev`` serves the examples in ``workers/``)."""
 
     host: str = "127.0.0.1"
     """Address the API binds (``serve``)."""
@@ -186,6 +241,17 @@ class Settings(BaseSettings):
     worker_soft_shutdown_seconds: float = 20.0
     """On a cold shutdown running jobs get this long before they are requeued; keep it below
     the stop grace period of your process manager."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, FileSecretsSource(settings_cls), dotenv_settings)
 
     @field_validator("database_url")
     @classmethod

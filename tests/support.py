@@ -28,6 +28,11 @@ REDIS_URL = os.environ.get("MCP_TASKS_TEST_REDIS_URL", "redis://127.0.0.1:6379/1
 AMQP_URL = os.environ.get("MCP_TASKS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 
 TASKS_EXT = "io.modelcontextprotocol/tasks"
+TEST_TOOL_MODULES = (
+    '["workers", "tests.fixtures.conformance", "tests.fixtures.bench", "tests.fixtures.testing"]'
+)
+"""The examples plus every test fixture module: what the test stacks serve."""
+TEST_SECRET_KEY = base64.urlsafe_b64encode(b"k" * 32).decode().rstrip("=")
 VERSION = "2026-07-28"
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -265,10 +270,12 @@ def stack_env(database_url: str, broker_url: str, suffix: str, **extra: str) -> 
             "MCP_TASKS_BROKER_URL": broker_url,
             "MCP_TASKS_DEFAULT_QUEUE": f"mcpt.{suffix}.default",
             "MCP_TASKS_MAINTENANCE_QUEUE": f"mcpt.{suffix}.maintenance",
-            "MCP_TASKS_TOOL_MODULES": '["workers", "tests.fixture_tools"]',
+            "MCP_TASKS_TOOL_MODULES": TEST_TOOL_MODULES,
             "MCP_TASKS_SSE_KEEPALIVE_SECONDS": "0.5",
             "MCP_TASKS_LEASE_SECONDS": "6",
             "MCP_TASKS_WORKER_METRICS_PORT": str(free_port()),
+            # Every API replica of a stack seals with the same key; workers drop it at start.
+            "MCP_TASKS_SECRET_KEYS": f'["{TEST_SECRET_KEY}"]',
             "PYTHONUNBUFFERED": "1",
         }
     )

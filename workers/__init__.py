@@ -1,5 +1,9 @@
-"""Tool modules. Importing this package registers every tool below it."""
+"""Example tool modules: what a team reads, runs with ``mcp-celery-tasks dev``, then replaces.
 
-from workers import bench, conformance, example, search_logs, summarize, train_model
+Importing this package registers every example tool below it. The benchmark and conformance
+fixtures live under ``tests/fixtures`` and are never served unless a test configures them.
+"""
 
-__all__ = ["bench", "conformance", "example", "search_logs", "summarize", "train_model"]
+from workers import example, search_logs, summarize, train_model
+
+__all__ = ["example", "search_logs", "summarize", "train_model"]

@@ -1,6 +1,6 @@
 """Same-round ratios of our server in two configurations (A ÷ B), e.g. metrics on ÷ off.
 
-    PYTHONPATH=/work/shared/bench python tests/bench/ab_ratios.py A_DIR B_DIR
+    PYTHONPATH=../shared/bench python tests/bench/ab_ratios.py A_DIR B_DIR
 
 Each directory holds the ``ours-rN`` results of ``run_bench.sh`` for one configuration, with the
 same round numbers (``tests/bench/metrics_overhead.sh`` makes them). Prints a Markdown table:

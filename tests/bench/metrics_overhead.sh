@@ -9,10 +9,11 @@
 set -euo pipefail
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2; fi
 HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
 OUT=$1
 ROUNDS=${2:-3}
-BENCH_DIR=${BENCH_DIR:-/work/shared/bench}
-BENCH_PY=${BENCH_PY:-/work/benchvenv/harness/bin/python}
+BENCH_DIR=${BENCH_DIR:-$ROOT/../shared/bench}
+BENCH_PY=${BENCH_PY:-$ROOT/../benchvenv/harness/bin/python}
 mkdir -p "$OUT"
 
 one() {  # MODE ROUND

@@ -1,6 +1,6 @@
 """Same-round ratios of our server against fastmcp-tasks and the F2/F1 floors.
 
-    PYTHONPATH=/work/shared/bench python tests/bench/ours_ratios.py OUT_DIR
+    PYTHONPATH=../shared/bench python tests/bench/ours_ratios.py OUT_DIR
 
 Reads the result files that tests/bench/run_bench.sh leaves in OUT_DIR (through the shared
 harness's own loader) and prints a Markdown table: every ratio is "ours ÷ other", computed inside

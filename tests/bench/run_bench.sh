@@ -10,10 +10,10 @@
 # and same-round ratios of ours against the others). Logs go to OUT_DIR/logs.
 #
 # Environment (defaults in brackets):
-#   BENCH_PY      harness + floors python      [/work/benchvenv/harness/bin/python]
-#   FM_PY         fastmcp-tasks venv python    [/work/benchvenv/fastmcp/bin/python]
+#   BENCH_PY      harness + floors python      [<repo>/../benchvenv/harness/bin/python]
+#   FM_PY         fastmcp-tasks venv python    [<repo>/../benchvenv/fastmcp/bin/python]
 #   BENCH_PG_DSN  floors' database             [postgresql://postgres@127.0.0.1:5432/benchfloor]
-#   BENCH_DIR     the shared harness           [/work/shared/bench]
+#   BENCH_DIR     the shared harness           [<repo>/../shared/bench]
 #   SERVER_CPUS [0]  CLIENT_CPUS [1]  HARNESS_ARGS (extra mcpbench args)  SEGMENTS  FIRST_ROUND [1]
 #   OURS_PORT [18901]  OURS_BROKER [redis://127.0.0.1:6379/6]  OURS_QUEUE [mcp.bench]
 #   OURS_DB [mcp_tasks_bench] on PGHOST [127.0.0.1] / PGPORT [5432] as PGUSER [postgres]
@@ -31,9 +31,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 OUT=$1
 ROUNDS=${2:-3}
-BENCH_DIR=${BENCH_DIR:-/work/shared/bench}
-BENCH_PY=${BENCH_PY:-/work/benchvenv/harness/bin/python}
-FM_PY=${FM_PY:-/work/benchvenv/fastmcp/bin/python}
+BENCH_DIR=${BENCH_DIR:-$ROOT/../shared/bench}
+BENCH_PY=${BENCH_PY:-$ROOT/../benchvenv/harness/bin/python}
+FM_PY=${FM_PY:-$ROOT/../benchvenv/fastmcp/bin/python}
 BENCH_PG_DSN=${BENCH_PG_DSN:-postgresql://postgres@127.0.0.1:5432/benchfloor}
 SERVER_CPUS=${SERVER_CPUS:-0}
 CLIENT_CPUS=${CLIENT_CPUS:-1}
@@ -150,8 +150,10 @@ seg_ours() {
   local envs=()
   local k
   for k in $(compgen -e | grep '^MCP_TASKS_' || true); do envs+=(-u "$k"); done
+  # The bench fixtures (noop, sleep_ms, ask, spin) are test modules: importable from the checkout.
   envs+=(MCP_TASKS_DATABASE_URL="$OURS_DB_URL" MCP_TASKS_BROKER_URL="$OURS_BROKER"
-         MCP_TASKS_DEFAULT_QUEUE="$OURS_QUEUE")
+         MCP_TASKS_DEFAULT_QUEUE="$OURS_QUEUE" MCP_TASKS_TOOL_MODULES='["tests.fixtures.bench"]'
+         PYTHONPATH="$ROOT")
   local extra
   read -r -a extra <<< "$OURS_ENV"
   envs+=("${extra[@]}")

@@ -25,7 +25,7 @@ def _processes_using(path: Path) -> list[psutil.Process]:
 
 def _start_dev(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
-    env["MCP_TASKS_TOOL_MODULES"] = '["workers"]'
+    # The examples (dev's default) plus one conformance fixture, through dev's --tools option.
     return subprocess.Popen(
         [
             sys.executable,
@@ -36,6 +36,8 @@ def _start_dev(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
             str(data_dir),
             "--port",
             str(port),
+            "--tools",
+            "workers,tests.fixtures.conformance",
         ],
         cwd=ROOT,
         env=env,
@@ -55,7 +57,9 @@ def test_dev_runs_a_tool_on_embedded_services_stops_cleanly_and_reuses_its_data(
         client = Client(f"http://127.0.0.1:{port}/mcp")
         task_id = client.start("slow_compute", {"seconds": 0.1})
         assert client.wait_status(task_id)["status"] == "completed"
-        assert "redis+socket://" in log.read_text() and str(data_dir) in log.read_text()
+        banner = log.read_text()
+        assert "redis+socket://" in banner and str(data_dir) in banner
+        assert "search_logs" in banner and "slow_compute" in banner and "noop" not in banner
     finally:
         dev.send_signal(signal.SIGINT)
         dev.wait(90)

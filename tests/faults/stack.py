@@ -32,7 +32,7 @@ from tests.faults import RUN_DIR_ENV
 
 TOKENS = {"alice": "faults-alice-token", "bob": "faults-bob-token"}
 PRINCIPALS = tuple(TOKENS)
-TOOL_MODULES = '["workers", "tests.fixture_tools", "tests.faults.tools"]'
+TOOL_MODULES = support.TEST_TOOL_MODULES[:-1] + ', "tests.faults.tools"]'
 FAST_RECOVERY = {
     "MCP_TASKS_LEASE_SECONDS": "3",
     "MCP_TASKS_SWEEP_INTERVAL_SECONDS": "1",
