@@ -12,7 +12,7 @@ A tool module imports only what is listed here::
         return "done"
 """
 
-from mcp_celery_tasks.context import TaskContext, current_context
+from mcp_celery_tasks.context import TaskContext, current_context, get_current_context
 from mcp_celery_tasks.errors import InputNotSupported, InputTimedOut, McpError, TaskCancelled, ToolError
 from mcp_celery_tasks.inputs import Elicit
 from mcp_celery_tasks.registry import Mode, tool
@@ -27,5 +27,6 @@ __all__ = [
     "TaskContext",
     "ToolError",
     "current_context",
+    "get_current_context",
     "tool",
 ]

@@ -13,7 +13,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from mcp_celery_tasks.celery_app import create_app
+from mcp_celery_tasks.celery_app import load_app
 from mcp_celery_tasks.channel import send_wake
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
@@ -171,7 +171,7 @@ def cancel_task(
     if cancelled is None:
         typer.echo(f"{ref!r} is unknown or already finished")
         raise typer.Exit(1)
-    app = create_app(Settings())
+    app = load_app(Settings())
     if cancelled["inbox"]:
         send_wake(app, cancelled["inbox"], cancelled["task_id"])
     app.control.revoke(cancelled["job_id"])

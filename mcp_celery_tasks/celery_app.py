@@ -1,19 +1,35 @@
-"""The Celery app factory: configuration and the beat schedule, shared by API, workers and beat.
+"""The Celery app: ours (``create_app``) or a team's own (``MCP_TASKS_CELERY_APP``), shared by
+the API, workers and beat.
 
-The API uses the app only to publish; workers add the task bodies with ``worker.install``.
+The API uses the app only to publish; workers add the task bodies with ``worker.install``, which
+also works on a team's existing app (their broker, serializer, routes and signals stay theirs).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from typing import Any
 
 from celery import Celery
 from celery.schedules import schedule
+from celery.utils.imports import symbol_by_name
 
 from mcp_celery_tasks.channel import RUN_TOOL
+from mcp_celery_tasks.registry import load_tool_modules
 from mcp_celery_tasks.settings import Settings
 
-__all__ = ["COLLECT_GARBAGE", "RUN_TOOL", "SWEEP", "create_app"]
+__all__ = [
+    "COLLECT_GARBAGE",
+    "RUN_TOOL",
+    "SWEEP",
+    "beat_schedule",
+    "create_app",
+    "default_queue",
+    "load_app",
+    "load_installed_tools",
+]
 
 COLLECT_GARBAGE = "mcp_celery_tasks.collect_garbage"
 SWEEP = "mcp_celery_tasks.sweep"
@@ -43,23 +59,65 @@ def create_app(settings: Settings) -> Celery:
         broker_transport_options=transport_options,
         worker_hijack_root_logger=False,
         worker_send_task_events=settings.worker_task_events,
-        beat_schedule={
-            "mcp-collect-garbage": {
-                "task": COLLECT_GARBAGE,
-                "schedule": schedule(settings.gc_interval_seconds),
-                "options": {
-                    "queue": settings.maintenance_queue,
-                    "expires": settings.gc_interval_seconds * 0.9,
-                },
-            },
-            "mcp-sweep": {
-                "task": SWEEP,
-                "schedule": schedule(settings.sweep_interval_seconds),
-                "options": {
-                    "queue": settings.maintenance_queue,
-                    "expires": settings.sweep_interval_seconds * 0.9,
-                },
-            },
-        },
+        beat_schedule=beat_schedule(settings),
     )
     return app
+
+
+def beat_schedule(settings: Settings) -> dict[str, Any]:
+    """The beat entries MCP needs (GC and the sweeper), on the maintenance queue."""
+    return {
+        "mcp-collect-garbage": {
+            "task": COLLECT_GARBAGE,
+            "schedule": schedule(settings.gc_interval_seconds),
+            "options": {"queue": settings.maintenance_queue, "expires": settings.gc_interval_seconds * 0.9},
+        },
+        "mcp-sweep": {
+            "task": SWEEP,
+            "schedule": schedule(settings.sweep_interval_seconds),
+            "options": {
+                "queue": settings.maintenance_queue,
+                "expires": settings.sweep_interval_seconds * 0.9,
+            },
+        },
+    }
+
+
+def load_app(settings: Settings) -> Celery:
+    """The app MCP jobs travel through: the team's own (``MCP_TASKS_CELERY_APP``, e.g.
+    ``proj.celery:app``, imported from the current directory as ``celery -A`` does; its module
+    calls ``worker.install``), or one built from ``MCP_TASKS_*``."""
+    if not settings.celery_app:
+        return create_app(settings)
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        app = symbol_by_name(settings.celery_app)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"cannot load MCP_TASKS_CELERY_APP={settings.celery_app!r}: {exc}") from exc
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(cwd)
+    if not isinstance(app, Celery):
+        raise ValueError(f"MCP_TASKS_CELERY_APP={settings.celery_app!r} is not a Celery app")
+    load_installed_tools(app)
+    return app
+
+
+def load_installed_tools(app: Celery) -> None:
+    """Import the tool modules ``worker.install`` recorded on ``app`` (none if not installed)."""
+    load_tool_modules(getattr(app, "_mcp_tool_modules", ()))
+
+
+def default_queue(app: Celery, settings: Settings) -> str:
+    """Where jobs of tools that name no queue go: the app's own route for ``run_tool`` when it has
+    one (``task_routes``), else ``MCP_TASKS_DEFAULT_QUEUE``."""
+    route = app.amqp.router.route({}, RUN_TOOL, (), {})
+    queue = route.get("queue")
+    name = getattr(queue, "name", queue)
+    if isinstance(name, str) and name and name != app.conf.task_default_queue:
+        return name
+    return settings.default_queue

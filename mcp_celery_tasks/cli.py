@@ -72,21 +72,25 @@ def _drop_api_secrets() -> None:
 
 
 def _require_tools(settings: Settings, command: str) -> None:
-    """Nothing is served unless configured: refuse to start without tool modules, and say how."""
-    from mcp_celery_tasks.registry import ToolModuleError, load_tool_modules
+    """Nothing is served unless configured: load the tools (through the team's Celery app when
+    there is one), and refuse to start without any, saying how to configure them."""
+    from mcp_celery_tasks.celery_app import load_app
+    from mcp_celery_tasks.registry import ToolModuleError, all_tools, load_tool_modules
 
-    if not settings.tool_modules:
+    try:
+        if settings.celery_app:
+            load_app(settings)  # its module installs MCP and loads its tool modules
+        load_tool_modules(settings.tool_modules)
+    except (ToolModuleError, ValueError) as exc:
+        typer.echo(f"{command}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if not all_tools():
         typer.echo(
             f"{command}: no tools configured. Set MCP_TASKS_TOOL_MODULES (e.g. "
             "MCP_TASKS_TOOL_MODULES='[\"myproject.tools\"]') or pass --tools myproject.tools.",
             err=True,
         )
         raise typer.Exit(2)
-    try:
-        load_tool_modules(settings.tool_modules)
-    except ToolModuleError as exc:
-        typer.echo(f"{command}: {exc}", err=True)
-        raise typer.Exit(2) from None
 
 
 def _is_loopback(host: str) -> bool:
@@ -148,7 +152,7 @@ def worker(
     """Run a Celery worker that executes tool jobs (and, with -Q mcp.maintenance, beat jobs)."""
     from celery import signals
 
-    from mcp_celery_tasks.celery_app import create_app
+    from mcp_celery_tasks.celery_app import load_app
     from mcp_celery_tasks.worker import install
 
     if pool == "solo":
@@ -161,7 +165,7 @@ def worker(
     runs_tools = any(q != settings.maintenance_queue for q in consumed)
     if runs_tools:
         _require_tools(settings, "worker")
-    celery = create_app(settings)
+    celery = load_app(settings)
     install(celery, settings, load_tools=runs_tools)
 
     @signals.setup_logging.connect(weak=False)
@@ -183,9 +187,15 @@ def beat(
     log_level: Annotated[str, typer.Option(help="Log level")] = "info",
 ) -> None:
     """Run Celery beat (exactly one per deployment): GC and the sweeper."""
-    from mcp_celery_tasks.celery_app import create_app
+    from mcp_celery_tasks.celery_app import beat_schedule, load_app
 
-    celery = create_app(_settings(database_url, broker_url))
+    settings = _settings(database_url, broker_url)
+    try:
+        celery = load_app(settings)
+    except ValueError as exc:
+        typer.echo(f"beat: {exc}", err=True)
+        raise typer.Exit(2) from None
+    celery.conf.beat_schedule = {**(celery.conf.beat_schedule or {}), **beat_schedule(settings)}
     celery.start(["beat", "-s", schedule_file, "--loglevel", log_level])
 
 

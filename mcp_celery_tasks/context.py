@@ -19,7 +19,7 @@ from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitR
 from mcp_celery_tasks import inputs
 from mcp_celery_tasks.errors import InputNotSupported, TaskCancelled
 
-__all__ = ["Ask", "TaskContext", "TaskRuntime", "current_context"]
+__all__ = ["Ask", "TaskContext", "TaskRuntime", "current_context", "get_current_context"]
 
 Ask = tuple[str, dict[str, Any] | None]
 """One input request: ``(method, params)``, e.g. ``("roots/list", None)``."""
@@ -238,6 +238,18 @@ def current_context() -> TaskContext:
     if ctx is None:
         raise RuntimeError("no MCP task is running in this context")
     return ctx
+
+
+def get_current_context() -> TaskContext | None:
+    """The context of the MCP task running in this thread, or None when the code runs some other
+    way (called from Python, or as a plain Celery task). For code that cannot take a ``ctx``
+    parameter, as dramatiq's ``CurrentMessage``::
+
+        ctx = get_current_context()
+        if ctx is not None:
+            ctx.report("resizing 3/10")
+    """
+    return _current.get()
 
 
 @contextmanager

@@ -64,6 +64,8 @@ class Services:
     publisher: Publisher
     server_version: str
     sealer: Sealer
+    default_queue: str
+    """Where jobs of tools that name no queue go (the Celery app's route, or the setting)."""
     subscriptions: dict[str, int] = field(default_factory=dict)
     """Open subscriptions per principal in this process."""
 
@@ -201,7 +203,7 @@ async def start_job(
             owner=ctx.principal,
             tool_name=spec.name,
             arguments=arguments,
-            queue=spec.queue or settings.default_queue,
+            queue=spec.queue or services.default_queue,
             ttl_ms=retention_ms,
             retention_ms=min(retention_ms, settings.max_retention_ms),
             poll_interval_ms=spec.poll_interval_ms or settings.poll_interval_ms,

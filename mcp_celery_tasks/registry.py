@@ -153,15 +153,18 @@ def tool(
     """Register a function as an MCP tool that runs as a Celery job.
 
     The input schema comes from the type hints; a parameter annotated ``TaskContext``
-    receives the context. ``queue`` routes the job (e.g. ``"gpu"``); ``retention_seconds``
-    is how long a finished task stays readable; ``input_timeout`` how long the tool waits for an
+    receives the context (code without one calls ``get_current_context()``). ``fn`` may be an
+    existing Celery task: ``tool(resize_images)`` exposes it without rewriting it. ``queue``
+    routes the job (e.g. ``"gpu"``); ``retention_seconds`` is how long a finished task stays
+    readable; ``input_timeout`` how long the tool waits for an
     answer to an input request; ``ask_first`` questions are asked before the task exists (no
     worker slot is held while a human thinks) and their answers land in ``ctx.preflight`` (a
     question may be a function of the validated arguments returning an ``Elicit`` or None);
     unset values come from Settings.
     """
 
-    def register(func: F) -> F:
+    def register(target: F) -> F:
+        func = _function_of(target)
         tool_name = name or func.__name__
         if tool_name in _REGISTRY and _REGISTRY[tool_name].fn is not func:
             raise ValueError(f"a tool named {tool_name!r} is already registered")
@@ -187,11 +190,22 @@ def tool(
             ask_first=dict(ask_first or {}),
             input_schema=schema,
         )
-        return func
+        return target
 
     if fn is not None:
         return register(fn)
     return register
+
+
+def _function_of(target: Callable[..., Any]) -> Callable[..., Any]:
+    """The function behind ``target``: an existing Celery task (``@app.task``) becomes a tool
+    through its ``run`` function, so its type hints give the schema; the task itself is returned
+    unchanged and ``.delay()`` keeps working. As a tool it runs inside MCP's own job (lease,
+    cancel, inputs), and ``get_current_context()`` gives it the task context."""
+    run = getattr(target, "run", None)
+    if callable(run) and callable(getattr(target, "apply_async", None)):
+        return run  # type: ignore[no-any-return]
+    return target
 
 
 def get_tool(name: str) -> ToolSpec | None:

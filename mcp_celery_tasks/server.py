@@ -24,7 +24,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from mcp_celery_tasks import dispatch, metrics, migrate, tracing
 from mcp_celery_tasks.auth import METADATA_PATH, Authenticator, Unauthorized
-from mcp_celery_tasks.celery_app import create_app
+from mcp_celery_tasks.celery_app import default_queue, load_app
 from mcp_celery_tasks.channel import CircuitBreaker, Publisher
 from mcp_celery_tasks.errors import InfrastructureError, InvalidRequest, ParseError, ProtocolError
 from mcp_celery_tasks.events import TaskEvents
@@ -107,8 +107,9 @@ def create_server(settings: Settings) -> FastAPI:
         events = TaskEvents(store, poll_s=settings.push_recheck_seconds)
         await events.start()
         marker = WorkerStore(settings, application_name="mcp-celery-tasks-publisher")
+        celery = load_app(settings)
         publisher = Publisher(
-            create_app(settings),
+            celery,
             on_published=marker.mark_dispatched,
             deadline_s=settings.publish_deadline_seconds,
             breaker=CircuitBreaker(settings.breaker_failures, settings.breaker_reset_seconds),
@@ -117,7 +118,9 @@ def create_server(settings: Settings) -> FastAPI:
         sealer = Sealer(settings.secret_keys)
         if not settings.secret_keys:
             logger.warning("MCP_TASKS_SECRET_KEYS is not set: MRTR request states only open in this process")
-        holder["services"] = Services(settings, store, events, publisher, SERVER_VERSION, sealer)
+        holder["services"] = Services(
+            settings, store, events, publisher, SERVER_VERSION, sealer, default_queue(celery, settings)
+        )
         try:
             yield
         finally:

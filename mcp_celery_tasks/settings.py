@@ -86,6 +86,10 @@ class Settings(BaseSettings):
     ``["myproject.tools"]``. Nothing is served by default: ``serve`` and tool workers refuse to
     start without one (``dev`` serves the examples in ``workers/``)."""
 
+    celery_app: str | None = None
+    """A team's own Celery app (``proj.celery:app``) to publish and run MCP jobs through, instead
+    of one built from these settings; its module calls ``mcp_celery_tasks.worker.install(app)``."""
+
     host: str = "127.0.0.1"
     """Address the API binds (``serve``)."""
     port: int = 8000

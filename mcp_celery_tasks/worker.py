@@ -16,7 +16,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks import channel, gc, metrics, tracing
 from mcp_celery_tasks import context as ctxmod
-from mcp_celery_tasks.celery_app import COLLECT_GARBAGE, RUN_TOOL, SWEEP
+from mcp_celery_tasks.celery_app import COLLECT_GARBAGE, RUN_TOOL, SWEEP, beat_schedule, load_installed_tools
 from mcp_celery_tasks.channel import Inbox
 from mcp_celery_tasks.context import TaskContext
 from mcp_celery_tasks.errors import (
@@ -35,10 +35,10 @@ from mcp_celery_tasks.errors import (
     TaskCancelled,
     ToolError,
 )
-from mcp_celery_tasks.registry import ToolSpec, all_tools, get_tool, load_tool_modules
+from mcp_celery_tasks.registry import ToolSpec, all_tools, get_tool
 from mcp_celery_tasks.results import error_result, to_call_tool_result
 from mcp_celery_tasks.runtime import LeaseKeeper, Runtime
-from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import ClaimedTask, WorkerStore
 
 __all__ = ["JobOutcome", "JobRunner", "install", "worker_identity"]
@@ -269,9 +269,26 @@ def _after_fork(**_: Any) -> None:
         store.forget_after_fork()
 
 
-def install(app: Celery, settings: Settings, *, load_tools: bool = True) -> WorkerStore:
-    """Add the task bodies (``run_tool`` and the beat jobs) to ``app``; load the tools."""
+def install(
+    app: Celery,
+    settings: Settings | None = None,
+    *,
+    tools: Sequence[str] | None = None,
+    load_tools: bool = True,
+) -> WorkerStore:
+    """Make ``app`` run MCP jobs: add ``run_tool`` and the beat jobs, and load the tools.
+
+    ``app`` may be a team's own Celery app: its broker, serializer, routes, queues and signals
+    stay as they are, and its own ``celery -A proj worker`` then runs MCP jobs beside its other
+    tasks (the API publishes through the same app with ``MCP_TASKS_CELERY_APP``). ``tools`` are
+    the tool modules (default: ``MCP_TASKS_TOOL_MODULES``). Calling it twice changes nothing.
+    """
+    installed: WorkerStore | None = getattr(app, "_mcp_store", None)
+    if installed is not None:
+        return installed
+    settings = settings or get_settings()
     store = WorkerStore(settings)
+    app._mcp_store = store  # type: ignore[attr-defined]
     _stores.append(store)
     tracing.configure(settings, "mcp-celery-tasks-worker")
     inboxes: dict[int, Inbox] = {}
@@ -293,7 +310,14 @@ def install(app: Celery, settings: Settings, *, load_tools: bool = True) -> Work
         def _serve_metrics(**_: Any) -> None:
             metrics.serve_worker_metrics(port)
 
-    @app.task(name=RUN_TOOL, bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+    @app.task(
+        name=RUN_TOOL,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+        max_retries=None,
+    )
     def run_tool(self: Any, job_id: str) -> None:
         try:
             outcome = runner.run(job_id, dict(self.request.headers or {}))
@@ -318,22 +342,34 @@ def install(app: Celery, settings: Settings, *, load_tools: bool = True) -> Work
             queue_depth=lambda queue: channel.queue_depth(app, queue),
         )
 
-    if load_tools:
-        load_tool_modules(settings.tool_modules)
-        check_input_timeouts(settings)
+    app.conf.beat_schedule = {**(app.conf.beat_schedule or {}), **beat_schedule(settings)}
+    # The tool modules load when a worker or the API starts, not now: a project's tool module
+    # usually imports its tasks module, which imports this app (and its install call).
+    modules = list(settings.tool_modules if tools is None else tools) if load_tools else []
+    app._mcp_tool_modules = modules  # type: ignore[attr-defined]
+
+    @signals.worker_init.connect(weak=False)
+    def _before_start(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            load_installed_tools(app)  # before the pool forks: children inherit them
+            check_input_timeouts(app, settings)
+
     return store
 
 
-def check_input_timeouts(settings: Settings) -> None:
+def check_input_timeouts(app: Celery, settings: Settings) -> None:
     """Refuse to start when a tool may wait for input longer than the broker keeps a job.
 
     RabbitMQ closes the channel (and Celery stops the worker) past ``consumer_timeout``; Redis
     redelivers the job past ``visibility_timeout`` while the first run still waits.
     """
-    if settings.broker_url.startswith("amqp"):
+    broker = str(app.conf.broker_url or "")
+    if broker.startswith(("amqp", "pyamqp")):
         limit, what = settings.rabbitmq_consumer_timeout_seconds, "RabbitMQ consumer_timeout"
-    elif settings.broker_url.startswith(("redis", "rediss")):
-        limit, what = float(settings.redis_visibility_timeout_seconds), "Redis visibility_timeout"
+    elif broker.startswith(("redis", "rediss")):
+        options = app.conf.broker_transport_options or {}
+        limit = float(options.get("visibility_timeout", 3600))  # kombu's Redis default: one hour
+        what = "Redis visibility_timeout"
     else:
         return
     for spec in all_tools():

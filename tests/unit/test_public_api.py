@@ -30,6 +30,7 @@ def test_public_api_is_pinned() -> None:
         "TaskContext",
         "ToolError",
         "current_context",
+        "get_current_context",
         "tool",
     ]
     assert len(set(mcp_celery_tasks.__all__)) == len(mcp_celery_tasks.__all__)
