@@ -168,14 +168,15 @@ def cancel_task(
 ) -> None:
     """Cancel a task the way tasks/cancel does (the job stops at its next checkpoint)."""
     cancelled = _store().admin_cancel(ref, reason)
-    if cancelled is None:
+    if not cancelled.cancelled_now or cancelled.task_id is None or cancelled.job_id is None:
         typer.echo(f"{ref!r} is unknown or already finished")
         raise typer.Exit(1)
     app = load_app(Settings())
-    if cancelled["inbox"]:
-        send_wake(app, cancelled["inbox"], cancelled["task_id"])
-    app.control.revoke(cancelled["job_id"])
-    typer.echo(f"cancelled job {cancelled['job_id']}")
+    # The same wake-up rules as tasks/cancel (CancelOutcome.wake_inbox), then revoke.
+    if cancelled.wake_inbox:
+        send_wake(app, cancelled.wake_inbox, cancelled.task_id)
+    app.control.revoke(cancelled.job_id)
+    typer.echo(f"cancelled job {cancelled.job_id}")
 
 
 @admin_app.command("purge")

@@ -23,6 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from mcp_celery_tasks import lifecycle
+
 __all__ = ["NOTIFY_CHANNEL", "maintenance", "metadata", "sessions", "task_inputs", "tasks"]
 
 NOTIFY_CHANNEL = "mcp_task_events"
@@ -37,7 +39,7 @@ metadata = MetaData(
     }
 )
 
-STATUS_CHECK = "status IN ('working', 'input_required', 'completed', 'failed', 'cancelled')"
+STATUS_CHECK = lifecycle.CHECK
 
 tasks = Table(
     "mcp_tasks",
@@ -78,7 +80,7 @@ tasks = Table(
         "ix_mcp_tasks_active",
         "status",
         "lease_until",
-        postgresql_where=text("status IN ('working', 'input_required')"),
+        postgresql_where=text(f"status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"),
     ),
     Index("ix_mcp_tasks_undispatched", "created_at", postgresql_where=text("dispatched_at IS NULL")),
 )

@@ -13,7 +13,9 @@
 
 SEP-2663's state diagram has no edge out of a terminal state, so every write is a guarded
 ``UPDATE … WHERE status IN (<allowed from>)`` in SQL (see ``store``); a terminal row matches
-nothing and is never rewritten.
+nothing and is never rewritten. The SQL guards (``guard``), the table's CHECK constraint
+(``CHECK``) and the Python checks (``is_terminal``, ``allowed_from``) all come from the edges
+below; the in-memory store of the unit tests uses the same ones.
 """
 
 from __future__ import annotations
@@ -22,13 +24,27 @@ from typing import Final, Literal, get_args
 
 __all__ = [
     "ACTIVE",
+    "CANCELLED",
+    "CHECK",
+    "COMPLETED",
+    "FAILED",
+    "INPUT_REQUIRED",
     "TERMINAL",
+    "WORKING",
     "Status",
     "allowed_from",
+    "guard",
     "is_terminal",
+    "sql_list",
 ]
 
 Status = Literal["working", "input_required", "completed", "failed", "cancelled"]
+
+WORKING: Final = "working"
+INPUT_REQUIRED: Final = "input_required"
+COMPLETED: Final = "completed"
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
 
 ALL: Final[tuple[Status, ...]] = get_args(Status)
 ACTIVE: Final[tuple[Status, ...]] = ("working", "input_required")
@@ -50,3 +66,17 @@ def is_terminal(status: str) -> bool:
 def allowed_from(target: Status) -> tuple[Status, ...]:
     """The statuses a row may be in for a transition to ``target``."""
     return tuple(source for source, targets in _EDGES.items() if target in targets)
+
+
+def sql_list(statuses: tuple[Status, ...]) -> str:
+    """``('working', 'input_required')``: a SQL list of status literals."""
+    return "(" + ", ".join(f"'{status}'" for status in statuses) + ")"
+
+
+def guard(target: Status, column: str = "status") -> str:
+    """The SQL condition a row must meet to move to ``target``: ``status IN (<allowed from>)``."""
+    return f"{column} IN {sql_list(allowed_from(target))}"
+
+
+CHECK: Final = f"status IN {sql_list(ALL)}"
+"""The table's CHECK constraint: a status is one of the five."""

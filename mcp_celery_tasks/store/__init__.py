@@ -1,10 +1,18 @@
 """The only door to Postgres: the API's async store and the workers' sync store."""
 
-from mcp_celery_tasks.store.aio import ApiStore, CancelOutcome
-from mcp_celery_tasks.store.records import ClaimedTask, InputRecord, NewTask, TaskRecord
+from mcp_celery_tasks.store.aio import ApiStore
+from mcp_celery_tasks.store.records import (
+    AnswerOutcome,
+    CancelOutcome,
+    ClaimedTask,
+    InputRecord,
+    NewTask,
+    TaskRecord,
+)
 from mcp_celery_tasks.store.sync import WorkerStore
 
 __all__ = [
+    "AnswerOutcome",
     "ApiStore",
     "CancelOutcome",
     "ClaimedTask",

@@ -1,4 +1,5 @@
-"""Row → record conversion and parameter building, shared by both executors."""
+"""Parameter building shared by both executors (rows map onto records through psycopg's
+``class_row``: the column lists in ``queries`` are the records' field names)."""
 
 from __future__ import annotations
 
@@ -6,56 +7,9 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from mcp_celery_tasks.store.records import ClaimedTask, InputRecord, NewTask, TaskRecord
+from mcp_celery_tasks.store.records import CancelOutcome, NewTask
 
-__all__ = ["claimed", "input_record", "new_task_params", "task_record"]
-
-
-def task_record(row: dict[str, Any]) -> TaskRecord:
-    return TaskRecord(
-        task_id=row["task_id"],
-        job_id=row["job_id"],
-        owner=row["owner"],
-        tool_name=row["tool_name"],
-        status=row["status"],
-        status_message=row["status_message"],
-        result=row["result"],
-        error=row["error"],
-        created_at=row["created_at"],
-        last_updated_at=row["last_updated_at"],
-        retention_ms=row["retention_ms"],
-        poll_interval_ms=row["poll_interval_ms"],
-        expires_at=row["expires_at"],
-        queue=row["queue"],
-        inbox=row["inbox"],
-        db_now=row["db_now"],
-    )
-
-
-def claimed(row: dict[str, Any]) -> ClaimedTask:
-    return ClaimedTask(
-        task_id=row["task_id"],
-        job_id=row["job_id"],
-        tool_name=row["tool_name"],
-        arguments=row["arguments"],
-        preflight=row["preflight"],
-        client_capabilities=row["client_capabilities"],
-        attempts=row["attempts"],
-        max_attempts=row["max_attempts"],
-        queue=row.get("queue", ""),
-        age_s=row.get("age_s") or 0.0,
-    )
-
-
-def input_record(row: dict[str, Any]) -> InputRecord:
-    return InputRecord(
-        key=row["key"],
-        method=row["method"],
-        params=row["params"],
-        params_hash=row["params_hash"],
-        response=row["response"],
-        superseded=row["superseded"],
-    )
+__all__ = ["cancel_outcome", "jsonb", "new_task_params"]
 
 
 def jsonb(value: Any) -> Jsonb | None:
@@ -80,3 +34,16 @@ def new_task_params(task: NewTask) -> dict[str, Any]:
         "client_capabilities": Jsonb(task.client_capabilities),
         "client_info": jsonb(task.client_info),
     }
+
+
+def cancel_outcome(row: dict[str, Any]) -> CancelOutcome:
+    """A row of ``queries.CANCEL`` (one task cancelled just now)."""
+    return CancelOutcome(
+        found=True,
+        cancelled_now=True,
+        task_id=row["task_id"],
+        job_id=row["job_id"],
+        inbox=row["inbox"],
+        previous_status=row["previous_status"],
+        tool=row["tool_name"],
+    )

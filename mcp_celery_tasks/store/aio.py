@@ -6,42 +6,24 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import AsyncRowFactory, class_row, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, queries
-from mcp_celery_tasks.store.records import InputRecord, NewTask, TaskRecord
+from mcp_celery_tasks.store.records import AnswerOutcome, CancelOutcome, InputRecord, NewTask, TaskRecord
 
-__all__ = ["AnswerOutcome", "ApiStore", "CancelOutcome"]
+__all__ = ["ApiStore"]
 
-
-@dataclass(frozen=True, slots=True)
-class AnswerOutcome:
-    """What tasks/update recorded: how many answers, and where the waiting worker listens."""
-
-    answered: int
-    inbox: str | None
-    status: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class CancelOutcome:
-    """What tasks/cancel did. ``found`` is False for unknown or foreign tasks."""
-
-    found: bool
-    cancelled_now: bool = False
-    job_id: str | None = None
-    inbox: str | None = None
-    previous_status: str | None = None
-    tool: str | None = None
+R = TypeVar("R")
+_TASK = class_row(TaskRecord)
+_INPUT = class_row(InputRecord)
 
 
 class ApiStore:
@@ -108,13 +90,18 @@ class ApiStore:
             raise InfrastructureError("the task database is unavailable") from exc
 
     async def _fetch(self, sql: LiteralString, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """Run one statement. A connection that broke under us (Postgres restarted since the
-        pool opened it) is replaced and the statement tried once more: every statement here
-        is guarded, so running it twice changes nothing the first run did not."""
+        return await self._rows(sql, params, dict_row)
+
+    async def _rows(self, sql: LiteralString, params: dict[str, Any], rows: AsyncRowFactory[R]) -> list[R]:
+        """Run one statement, its rows made by ``rows``. A connection that broke under us
+        (Postgres restarted since the pool opened it) is replaced and the statement tried once
+        more: every statement here is guarded, so running it twice changes nothing the first
+        run did not."""
         for attempt in (1, 2):
             try:
                 async with self._conn() as conn:
-                    cursor = await conn.execute(sql, params)
+                    cursor = conn.cursor(row_factory=rows)
+                    await cursor.execute(sql, params)
                     return await cursor.fetchall()
             except InfrastructureError as exc:
                 cause = exc.__cause__
@@ -130,27 +117,25 @@ class ApiStore:
     async def create_task(self, task: NewTask) -> TaskRecord:
         """Insert and commit a task row (autocommit): a tasks/get resolves once this returns."""
         try:
-            rows = await self._fetch(queries.CREATE_TASK, _rows.new_task_params(task))
+            rows = await self._rows(queries.CREATE_TASK, _rows.new_task_params(task), _TASK)
         except psycopg.errors.UniqueViolation:
             # The retry of an insert whose first attempt committed before the connection broke.
             existing = await self.get_task(task.task_id, task.owner)
             if existing is None:
                 raise
             return existing
-        return _rows.task_record(rows[0])
+        return rows[0]
 
     async def get_task(self, task_id: str, owner: str) -> TaskRecord | None:
-        rows = await self._fetch(queries.GET_TASK, {"task_id": task_id, "owner": owner})
-        return _rows.task_record(rows[0]) if rows else None
+        rows = await self._rows(queries.GET_TASK, {"task_id": task_id, "owner": owner}, _TASK)
+        return rows[0] if rows else None
 
     async def get_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:
         """Rows for the event hub (ownership is checked by whoever registered the watch)."""
-        rows = await self._fetch(queries.GET_TASKS, {"task_ids": list(task_ids)})
-        return [_rows.task_record(row) for row in rows]
+        return await self._rows(queries.GET_TASKS, {"task_ids": list(task_ids)}, _TASK)
 
     async def outstanding_inputs(self, task_id: str) -> list[InputRecord]:
-        rows = await self._fetch(queries.OUTSTANDING_INPUTS, {"task_id": task_id})
-        return [_rows.input_record(row) for row in rows]
+        return await self._rows(queries.OUTSTANDING_INPUTS, {"task_id": task_id}, _INPUT)
 
     async def record_answers(self, task_id: str, answers: dict[str, Any]) -> AnswerOutcome:
         """Record answers to outstanding keys (others are ignored) in one statement."""
@@ -201,7 +186,7 @@ class ApiStore:
             "after_created": after[0] if after else None,
             "after_id": after[1] if after else None,
         }
-        return [_rows.task_record(row) for row in await self._fetch(queries.LIST_TASKS, params)]
+        return await self._rows(queries.LIST_TASKS, params, _TASK)
 
     async def connection_headroom(self) -> tuple[int, int]:
         """(connections in use, max_connections) of the server, for the start-up budget check."""
@@ -217,24 +202,16 @@ class ApiStore:
         rows = await self._fetch("SELECT version_num FROM alembic_version", {})
         return str(rows[0]["version_num"]) if rows else None
 
+    async def request_cancel(self, task_id: str, owner: str, message: str | None = None) -> CancelOutcome:
+        """Cancel an owner's active task at once (the one cancel statement, ``queries.CANCEL``)."""
+        params = {"ref": task_id, "by_job": False, "owner": owner, "message": message}
+        rows = await self._fetch(queries.CANCEL, params)
+        if rows:
+            return _rows.cancel_outcome(rows[0])
+        return CancelOutcome(found=await self.task_exists(task_id, owner))
+
     async def task_exists(self, task_id: str, owner: str) -> bool:
         return bool(await self._fetch(queries.TASK_EXISTS, {"task_id": task_id, "owner": owner}))
-
-    async def request_cancel(self, task_id: str, owner: str, message: str | None = None) -> CancelOutcome:
-        rows = await self._fetch(
-            queries.REQUEST_CANCEL, {"task_id": task_id, "owner": owner, "message": message}
-        )
-        if rows:
-            row = rows[0]
-            return CancelOutcome(
-                found=True,
-                cancelled_now=True,
-                job_id=row["job_id"],
-                inbox=row["inbox"],
-                previous_status=row["previous_status"],
-                tool=row["tool_name"],
-            )
-        return CancelOutcome(found=await self.task_exists(task_id, owner))
 
     async def notifications(self) -> AsyncIterator[str | None]:
         """Task ids from ``NOTIFY mcp_task_events`` on one dedicated autocommit connection.

@@ -7,20 +7,31 @@ is sent exactly when the transition commits. Nothing else uses NOTIFY.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Final, LiteralString
 
 from mcp_celery_tasks.db import NOTIFY_CHANNEL
+from mcp_celery_tasks.lifecycle import ACTIVE, TERMINAL, guard, sql_list
+from mcp_celery_tasks.store.records import ClaimedTask, InputRecord, TaskRecord
 
-__all__ = ["NOTIFY_CHANNEL", "TASK_COLUMNS"]
+__all__ = ["CLAIMED_COLUMNS", "INPUT_COLUMNS", "NOTIFY_CHANNEL", "TASK_COLUMNS"]
 
-TASK_COLUMNS: Final = (
-    "task_id, job_id, owner, tool_name, status, status_message, result, error, created_at, "
-    "last_updated_at, retention_ms, poll_interval_ms, expires_at, queue, inbox"
-)
-_TASK_COLUMNS_T: Final = ", ".join("t." + c.strip() for c in TASK_COLUMNS.split(","))
+
+def _columns(record: type, *computed: str) -> str:
+    """The record's fields as a column list (rows map onto records by name: psycopg's
+    ``class_row``); ``computed`` fields are spelled out by each query."""
+    return ", ".join(f.name for f in fields(record) if f.name not in computed)
+
+
+TASK_COLUMNS: Final = _columns(TaskRecord, "db_now")
+CLAIMED_COLUMNS: Final = _columns(ClaimedTask, "age_s")
+INPUT_COLUMNS: Final = _columns(InputRecord)
 
 _EXPIRES: Final = "now() + retention_ms * interval '1 millisecond'"
-ACTIVE_SQL: Final = "('working', 'input_required')"
+ACTIVE_SQL: Final = sql_list(ACTIVE)
+TERMINAL_SQL: Final = sql_list(TERMINAL)
+TO_CANCELLED: Final = guard("cancelled")
+TO_FAILED: Final = guard("failed")
 
 CREATE_TASK: Final[LiteralString] = f"""
 INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, preflight, status, status_message,
@@ -42,26 +53,29 @@ SELECT {TASK_COLUMNS}, statement_timestamp() AS db_now
 FROM mcp_tasks WHERE task_id = ANY(%(task_ids)s)
 """
 
-OUTSTANDING_INPUTS: Final[LiteralString] = """
-SELECT key, method, params, params_hash, response, superseded
+OUTSTANDING_INPUTS: Final[LiteralString] = f"""
+SELECT {INPUT_COLUMNS}
 FROM mcp_task_inputs
 WHERE task_id = %(task_id)s AND response IS NULL AND NOT superseded
 ORDER BY requested_at, key
 """
 
-# tasks/cancel: the spec lets the status become cancelled at once; the worker's late result
-# is then dropped by its guarded update. Returns the previous status (for the wake-up).
-REQUEST_CANCEL: Final[LiteralString] = f"""
+# The one cancel (tasks/cancel, the synchronous caller leaving, an admin): the spec lets the
+# status become cancelled at once; the worker's late result is then dropped by its guarded
+# update. ``ref`` is a task id, or a job id when ``by_job``; ``owner`` NULL means any owner (an
+# admin). Returns what the caller needs to wake the worker: the previous status and the inbox.
+CANCEL: Final[LiteralString] = f"""
 WITH prev AS (
     SELECT task_id, status FROM mcp_tasks
-    WHERE task_id = %(task_id)s AND owner = %(owner)s AND status IN {ACTIVE_SQL}
+    WHERE (task_id = %(ref)s OR (%(by_job)s AND job_id = %(ref)s))
+      AND (%(owner)s::text IS NULL OR owner = %(owner)s::text) AND {TO_CANCELLED}
     FOR UPDATE
 ), upd AS (
     UPDATE mcp_tasks t
     SET status = 'cancelled', cancel_requested_at = now(), last_updated_at = now(),
         expires_at = {_EXPIRES}, status_message = COALESCE(%(message)s, t.status_message)
     FROM prev
-    WHERE t.task_id = prev.task_id AND t.status IN {ACTIVE_SQL}
+    WHERE t.task_id = prev.task_id AND t.{TO_CANCELLED}
     RETURNING t.task_id, t.job_id, t.inbox, t.tool_name, prev.status AS previous_status
 ), gone AS (
     -- Outstanding input requests vanish with the task (SPEC-CHECKLIST Q-25).
@@ -91,8 +105,7 @@ SET worker = %(worker)s, lease_until = now() + %(lease_s)s * interval '1 second'
 WHERE job_id = %(job_id)s AND status IN {ACTIVE_SQL} AND cancel_requested_at IS NULL
   AND (lease_until IS NULL OR lease_until < now() OR worker = %(worker)s)
   AND attempts < max_attempts
-RETURNING task_id, job_id, tool_name, arguments, preflight, client_capabilities, attempts, max_attempts,
-          queue, EXTRACT(EPOCH FROM (now() - created_at))::float AS age_s
+RETURNING {CLAIMED_COLUMNS}, EXTRACT(EPOCH FROM (now() - created_at))::float AS age_s
 """
 
 JOB_STATE: Final[LiteralString] = """
@@ -107,7 +120,7 @@ WITH upd AS (
     UPDATE mcp_tasks
     SET status = 'failed', error = %(error)s, status_message = %(message)s,
         last_updated_at = now(), finished_at = now(), expires_at = {_EXPIRES}, lease_until = NULL
-    WHERE job_id = %(job_id)s AND status IN {ACTIVE_SQL} AND attempts >= max_attempts
+    WHERE job_id = %(job_id)s AND {TO_FAILED} AND attempts >= max_attempts
       AND (lease_until IS NULL OR lease_until < now())
     RETURNING task_id
 )
@@ -143,10 +156,10 @@ SELECT task_id, pg_notify('{NOTIFY_CHANNEL}', task_id) FROM upd
 """
 
 # The task was cancelled under a running job: record that the worker really stopped.
-MARK_STOPPED: Final[LiteralString] = """
+MARK_STOPPED: Final[LiteralString] = f"""
 UPDATE mcp_tasks SET finished_at = now(), lease_until = NULL
 WHERE task_id = %(task_id)s AND worker = %(worker)s AND finished_at IS NULL
-  AND status IN ('completed', 'failed', 'cancelled')
+  AND status IN {TERMINAL_SQL}
 """
 
 RELEASE: Final[LiteralString] = f"""
@@ -211,8 +224,8 @@ LIMIT %(limit)s
 
 # ---- input requests ------------------------------------------------------------------------
 
-ALL_INPUTS: Final[LiteralString] = """
-SELECT key, method, params, params_hash, response, superseded
+ALL_INPUTS: Final[LiteralString] = f"""
+SELECT {INPUT_COLUMNS}
 FROM mcp_task_inputs WHERE task_id = %(task_id)s
 """
 
@@ -222,6 +235,7 @@ OPEN_INPUTS: Final[LiteralString] = f"""
 WITH t AS (
     UPDATE mcp_tasks
     SET status = 'input_required', inbox = %(inbox)s, last_updated_at = now()
+    -- working -> input_required, or a re-run asking again while the task already waits
     WHERE task_id = %(task_id)s AND worker = %(worker)s AND status IN {ACTIVE_SQL}
     RETURNING task_id
 ), sup AS (
@@ -318,26 +332,10 @@ SELECT key, method, params, response, superseded, requested_at, answered_at
 FROM mcp_task_inputs WHERE task_id = %(task_id)s ORDER BY requested_at, key
 """
 
-ADMIN_CANCEL: Final[LiteralString] = f"""
-WITH upd AS (
-    UPDATE mcp_tasks
-    SET status = 'cancelled', cancel_requested_at = now(), last_updated_at = now(),
-        expires_at = {_EXPIRES}, status_message = %(message)s
-    WHERE (task_id = %(ref)s OR job_id = %(ref)s) AND status IN {ACTIVE_SQL}
-    RETURNING task_id, job_id, inbox
-), gone AS (
-    UPDATE mcp_task_inputs i SET superseded = true FROM upd
-    WHERE i.task_id = upd.task_id AND i.response IS NULL AND NOT i.superseded
-    RETURNING i.key
-)
-SELECT upd.*, (SELECT count(*) FROM gone) AS inputs_dropped, pg_notify('{NOTIFY_CHANNEL}', upd.task_id)
-FROM upd
-"""
-
 # Purge terminal rows now (ahead of their expiry); active rows are never purged.
-ADMIN_PURGE: Final[LiteralString] = """
+ADMIN_PURGE: Final[LiteralString] = f"""
 DELETE FROM mcp_tasks
-WHERE status IN ('completed', 'failed', 'cancelled')
+WHERE status IN {TERMINAL_SQL}
   AND (lease_until IS NULL OR lease_until < now())
   AND (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(tool)s::text IS NULL OR tool_name = %(tool)s)
@@ -350,7 +348,7 @@ WITH upd AS (
     UPDATE mcp_tasks
     SET status = 'failed', error = %(error)s, status_message = %(message)s, last_updated_at = now(),
         finished_at = now(), expires_at = {_EXPIRES}
-    WHERE dispatched_at IS NULL AND status IN {ACTIVE_SQL}
+    WHERE dispatched_at IS NULL AND {TO_FAILED}
       AND created_at < now() - %(older_than_s)s * interval '1 second'
     RETURNING task_id
 )

@@ -8,7 +8,7 @@ from typing import Any
 
 from mcp_celery_tasks.lifecycle import ACTIVE, Status
 
-__all__ = ["ClaimedTask", "InputRecord", "NewTask", "TaskRecord"]
+__all__ = ["AnswerOutcome", "CancelOutcome", "ClaimedTask", "InputRecord", "NewTask", "TaskRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +98,30 @@ class InputRecord:
     params_hash: str
     response: dict[str, Any] | None
     superseded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerOutcome:
+    """What recording answers did: how many, and where the waiting worker listens."""
+
+    answered: int
+    inbox: str | None
+    status: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    """What a cancel did. ``found`` is False for unknown (or, for a principal, foreign) tasks."""
+
+    found: bool
+    cancelled_now: bool = False
+    task_id: str | None = None
+    job_id: str | None = None
+    inbox: str | None = None
+    previous_status: str | None = None
+    tool: str | None = None
+
+    @property
+    def wake_inbox(self) -> str | None:
+        """The inbox to wake: a worker blocked on input notices a cancel only when woken."""
+        return self.inbox if self.cancelled_now and self.previous_status == "input_required" else None

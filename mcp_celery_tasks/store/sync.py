@@ -10,18 +10,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import RowFactory, class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, queries
-from mcp_celery_tasks.store.records import ClaimedTask, InputRecord
+from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputRecord
 
 __all__ = ["WorkerStore"]
+
+R = TypeVar("R")
 
 
 class WorkerStore:
@@ -70,6 +72,10 @@ class WorkerStore:
         with self._connection() as conn:
             return conn.execute(sql, params).fetchall()
 
+    def _rows(self, sql: LiteralString, params: dict[str, Any], rows: RowFactory[R]) -> list[R]:
+        with self._connection() as conn, conn.cursor(row_factory=rows) as cursor:
+            return cursor.execute(sql, params).fetchall()
+
     def _execute(self, sql: LiteralString, params: dict[str, Any]) -> int:
         with self._connection() as conn:
             return conn.execute(sql, params).rowcount
@@ -77,8 +83,9 @@ class WorkerStore:
     # ---- claim and lease -------------------------------------------------------------------
 
     def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None:
-        rows = self._fetch(queries.CLAIM, {"job_id": job_id, "worker": worker, "lease_s": lease_s})
-        return _rows.claimed(rows[0]) if rows else None
+        params = {"job_id": job_id, "worker": worker, "lease_s": lease_s}
+        rows = self._rows(queries.CLAIM, params, class_row(ClaimedTask))
+        return rows[0] if rows else None
 
     def job_state(self, job_id: str) -> dict[str, Any] | None:
         rows = self._fetch(queries.JOB_STATE, {"job_id": job_id})
@@ -115,8 +122,8 @@ class WorkerStore:
 
     def all_inputs(self, task_id: str) -> dict[str, InputRecord]:
         """Every input request a task ever made, by key (a task makes few)."""
-        rows = self._fetch(queries.ALL_INPUTS, {"task_id": task_id})
-        return {row["key"]: _rows.input_record(row) for row in rows}
+        rows = self._rows(queries.ALL_INPUTS, {"task_id": task_id}, class_row(InputRecord))
+        return {row.key: row for row in rows}
 
     def open_inputs(
         self,
@@ -194,9 +201,10 @@ class WorkerStore:
             return None
         return rows[0], self._fetch(queries.ADMIN_INPUTS, {"task_id": rows[0]["task_id"]})
 
-    def admin_cancel(self, ref: str, message: str) -> dict[str, Any] | None:
-        rows = self._fetch(queries.ADMIN_CANCEL, {"ref": ref, "message": message})
-        return rows[0] if rows else None
+    def admin_cancel(self, ref: str, message: str) -> CancelOutcome:
+        """Cancel any principal's task by task id or job id (the one cancel statement)."""
+        rows = self._fetch(queries.CANCEL, {"ref": ref, "by_job": True, "owner": None, "message": message})
+        return _rows.cancel_outcome(rows[0]) if rows else CancelOutcome(found=False)
 
     def admin_purge(self, *, older_than_s: float, **filters: Any) -> int:
         params = {"status": None, "tool": None, "owner": None}

@@ -55,3 +55,23 @@ def test_no_status_transitions_to_itself(target: Status) -> None:
 
 def test_database_check_constraint_names_exactly_the_lifecycle_statuses() -> None:
     assert set(re.findall(r"'([a-z_]+)'", STATUS_CHECK)) == set(STATUSES)
+
+
+def test_sql_guards_come_from_the_edges() -> None:
+    from mcp_celery_tasks.lifecycle import guard, sql_list
+
+    assert sql_list(("working", "input_required")) == "('working', 'input_required')"
+    assert guard("cancelled") == "status IN ('working', 'input_required')"
+    assert guard("working", column="t.status") == "t.status IN ('input_required')"
+
+
+def test_store_queries_use_the_lifecycle_guards() -> None:
+    from mcp_celery_tasks.store import queries
+
+    assert "status IN ('working', 'input_required')" in queries.CANCEL
+    assert queries.TERMINAL_SQL == "('completed', 'failed', 'cancelled')"
+    # No hand-written list of every status anywhere in the SQL: they come from lifecycle.
+    for name in dir(queries):
+        text = getattr(queries, name)
+        if isinstance(text, str) and name.isupper():
+            assert "'working', 'input_required', 'completed'" not in text

@@ -1,0 +1,38 @@
+"""The store's column lists are the records' field names, and every one is a column of the schema:
+rows map onto records by name (psycopg ``class_row``), so a rename on either side fails here."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from mcp_celery_tasks.db import task_inputs, tasks
+from mcp_celery_tasks.store import queries
+from mcp_celery_tasks.store.records import ClaimedTask, InputRecord, TaskRecord
+
+
+def _listed(columns: str) -> list[str]:
+    return [name.strip() for name in columns.split(",")]
+
+
+def test_task_columns_are_task_record_fields_and_schema_columns() -> None:
+    listed = _listed(queries.TASK_COLUMNS)
+    assert [*listed, "db_now"] == [f.name for f in fields(TaskRecord)]
+    assert set(listed) <= set(tasks.c.keys())
+
+
+def test_claimed_columns_are_claimed_task_fields_and_schema_columns() -> None:
+    listed = _listed(queries.CLAIMED_COLUMNS)
+    assert [*listed, "age_s"] == [f.name for f in fields(ClaimedTask)]
+    assert set(listed) <= set(tasks.c.keys())
+
+
+def test_input_columns_are_input_record_fields_and_schema_columns() -> None:
+    listed = _listed(queries.INPUT_COLUMNS)
+    assert listed == [f.name for f in fields(InputRecord)]
+    assert set(listed) <= set(task_inputs.c.keys())
+
+
+def test_queries_select_the_listed_columns() -> None:
+    assert f"SELECT {queries.TASK_COLUMNS}, statement_timestamp() AS db_now" in queries.GET_TASK
+    assert f"RETURNING {queries.CLAIMED_COLUMNS}," in queries.CLAIM
+    assert f"SELECT {queries.INPUT_COLUMNS}" in queries.OUTSTANDING_INPUTS
