@@ -5,6 +5,7 @@ Every command reads Settings from ``MCP_TASKS_*``; flags override the common one
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -128,13 +129,21 @@ def serve(
         raise typer.Exit(2)
     _require_tools(settings, "serve")
     configure_logging(log_level)
+    options = {"host": bind, "port": port or settings.port, "log_level": log_level, "access_log": False}
+    if workers == 1:
+        uvicorn.run(create_server(settings), **options)  # type: ignore[arg-type]
+        return
+    # Several processes: uvicorn imports the app in each one, from the environment.
+    for name, value in (("DATABASE_URL", database_url), ("BROKER_URL", broker_url)):
+        if value:
+            os.environ[f"MCP_TASKS_{name}"] = value
+    if tools:
+        os.environ["MCP_TASKS_TOOL_MODULES"] = json.dumps(settings.tool_modules)
     uvicorn.run(
-        create_server(settings),
-        host=bind,
-        port=port or settings.port,
-        workers=None if workers == 1 else workers,
-        log_level=log_level,
-        access_log=False,
+        "mcp_celery_tasks.server:from_environment",
+        factory=True,
+        workers=workers,
+        **options,  # type: ignore[arg-type]
     )
 
 

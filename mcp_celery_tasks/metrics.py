@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Final
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -34,18 +33,6 @@ logger = logging.getLogger(__name__)
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _DURATION = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
-
-RPC_METHODS: Final = frozenset(
-    {
-        "server/discover",
-        "tools/list",
-        "tools/call",
-        "tasks/get",
-        "tasks/update",
-        "tasks/cancel",
-        "subscriptions/listen",
-    }
-)
 
 rpc_requests = Counter(
     "mcp_rpc_requests", "JSON-RPC requests by method and result code (0 = success)", ["method", "code"]
@@ -77,10 +64,6 @@ gc_last_run = Gauge(
     "mcp_gc_last_run_timestamp_seconds", "When the collector last ran", multiprocess_mode="max"
 )
 sweeper_republished = Counter("mcp_sweeper_republished", "Jobs the sweeper published again")
-
-
-def method_label(method: str) -> str:
-    return method if method in RPC_METHODS else "other"
 
 
 def render() -> bytes:

@@ -14,39 +14,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from mcp_celery_tasks import metrics
-from mcp_celery_tasks.errors import InvalidParams, InvalidRequest, MissingCapability
-from mcp_celery_tasks.handlers import RequestContext, Services, detailed_task
-from mcp_celery_tasks.wire import dump
+from mcp_celery_tasks.errors import InvalidParams, InvalidRequest
+from mcp_celery_tasks.modern import detailed
+from mcp_celery_tasks.rpc import Result, Stream
+from mcp_celery_tasks.service import RequestContext, Services
+from mcp_celery_tasks.wire import ListenParams, dump
 
-__all__ = ["SUBSCRIPTION_ID", "Stream", "listen"]
+__all__ = ["SUBSCRIPTION_ID", "listen"]
 
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 
 
-@dataclass(frozen=True)
-class Stream:
-    """Messages for an SSE response; the last one is the JSON-RPC result."""
-
-    messages: AsyncIterator[dict[str, Any]]
-
-
-async def listen(services: Services, ctx: RequestContext, params: dict[str, Any], request_id: Any) -> Stream:
-    notifications = params.get("notifications") or {}
-    if not isinstance(notifications, dict):
-        raise InvalidParams("notifications must be an object")
-    requested = notifications.get("taskIds")
+async def listen(services: Services, ctx: RequestContext, params: ListenParams) -> Result:
+    request_id = ctx.request_id
+    requested = params.notifications.task_ids if params.notifications else None
     if requested is None:
         # Only task notifications are offered: agree to nothing (the ack omits taskIds) and
         # end the subscription at once (SPEC-CHECKLIST Q-21).
         return Stream(_nothing(request_id))
-    if not ctx.declares_tasks:
-        raise MissingCapability()  # SEP-2663: taskIds from a non-declaring client -> -32021
-    if not isinstance(requested, list) or not all(isinstance(t, str) for t in requested):
-        raise InvalidParams("notifications.taskIds must be a list of task ids")
+    ctx.require_tasks()  # SEP-2663: taskIds from a non-declaring client -> -32021
     limit = services.settings.max_subscription_task_ids
     if len(requested) > limit:
         raise InvalidParams(f"At most {limit} taskIds per subscription")
@@ -58,7 +47,7 @@ async def listen(services: Services, ctx: RequestContext, params: dict[str, Any]
     unique = list(dict.fromkeys(requested))
     # Only ids that exist and belong to the caller are acknowledged (SPEC-CHECKLIST Q-21):
     # a foreign id is treated exactly like an unknown one.
-    owned = {t.task_id for t in await services.store.get_tasks(unique) if t.owner == ctx.principal}
+    owned = {record.task_id for record in await services.tasks.owned(unique, ctx.principal)}
     accepted = [task_id for task_id in unique if task_id in owned]
     return Stream(_counted(services, ctx.principal, _messages(services, ctx.principal, request_id, accepted)))
 
@@ -108,17 +97,16 @@ async def _messages(
             watches.enter_context(services.events.polled(task_id))
         while pending:
             changed.clear()
-            records = [r for r in await services.store.get_tasks(sorted(pending)) if r.owner == principal]
-            found = {record.task_id for record in records}
-            pending &= found  # a task collected meanwhile ends its part of the stream
-            for record in sorted(records, key=lambda r: r.last_updated_at):
+            records = await services.tasks.owned(pending, principal)
+            pending &= {record.task_id for record in records}  # a task collected meanwhile ends its part
+            for record in records:
                 state = (record.status, record.status_message, record.last_updated_at)
                 if sent.get(record.task_id) == state:
                     continue
                 sent[record.task_id] = state
-                detailed = dump(await detailed_task(services, record))
-                detailed.pop("resultType", None)  # a notification, not a result
-                yield _notification("notifications/tasks", request_id, detailed)
+                shown = dump(detailed(await services.tasks.view(record)))
+                shown.pop("resultType", None)  # a notification, not a result
+                yield _notification("notifications/tasks", request_id, shown)
                 if not record.active:
                     pending.discard(record.task_id)
             if pending:

@@ -1,8 +1,11 @@
-"""The FastAPI app: Streamable HTTP for protocol 2026-07-28 (stateless, one POST endpoint).
+"""The HTTP edge: Streamable HTTP for protocol 2026-07-28 (stateless, one POST endpoint), and
+2025-11-25 sessions on the same path.
 
 Thin on purpose: read the body (bounded), authenticate, check Origin, hand the parsed body to
 ``dispatch``, and write JSON — or SSE with keep-alive comments for a call that must wait.
-Closing that SSE stream cancels the request, and with it the task behind it.
+Closing that SSE stream cancels the request, and with it the task behind it. What a process
+shares (``Services``) is built by ``app.running`` in the lifespan and reaches each request as
+lifespan state.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,27 +24,17 @@ import pydantic_core
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from mcp_celery_tasks import dispatch, metrics, migrate, tracing
+from mcp_celery_tasks import app as composition
+from mcp_celery_tasks import dispatch, metrics, migrate
 from mcp_celery_tasks.auth import METADATA_PATH, Authenticator, Unauthorized
-from mcp_celery_tasks.celery_app import default_queue, load_app
-from mcp_celery_tasks.channel import CircuitBreaker, Publisher
 from mcp_celery_tasks.errors import InfrastructureError, InvalidRequest, ParseError, ProtocolError
-from mcp_celery_tasks.events import TaskEvents
-from mcp_celery_tasks.handlers import Services
-from mcp_celery_tasks.push import Stream
-from mcp_celery_tasks.registry import load_tool_modules
-from mcp_celery_tasks.sealing import Sealer
-from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import ApiStore, WorkerStore
+from mcp_celery_tasks.rpc import Stream, error_body
+from mcp_celery_tasks.service import Services
+from mcp_celery_tasks.settings import Settings, get_settings
 
-__all__ = ["create_server"]
+__all__ = ["create_server", "from_environment"]
 
 logger = logging.getLogger(__name__)
-
-try:
-    SERVER_VERSION = version("mcp-celery-tasks")
-except PackageNotFoundError:  # running from a source tree
-    SERVER_VERSION = "0.0.0"
 
 _JSON = "application/json"
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
@@ -53,7 +45,7 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Resp
 
 
 def _error(status: int, error: ProtocolError, request_id: Any = None, **headers: str) -> Response:
-    return _json(status, dispatch.error_body(request_id, error), headers or None)
+    return _json(status, error_body(request_id, error), headers or None)
 
 
 def _no_constants(name: str) -> Any:
@@ -92,42 +84,14 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
 
 
 def create_server(settings: Settings) -> FastAPI:
-    """The ASGI app. Publishing, the event hub and the pool start with the lifespan."""
-    holder: dict[str, Services] = {}
+    """The ASGI app. The services start with the lifespan (``app.running``)."""
     authenticator = Authenticator(settings)
     head = migrate.head_revision()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        tracing.configure(settings, "mcp-celery-tasks-api")
-        load_tool_modules(settings.tool_modules)
-        store = ApiStore(settings)
-        await store.open()
-        await _check_connection_budget(store, settings)
-        events = TaskEvents(store, poll_s=settings.push_recheck_seconds)
-        await events.start()
-        marker = WorkerStore(settings, application_name="mcp-celery-tasks-publisher")
-        celery = load_app(settings)
-        publisher = Publisher(
-            celery,
-            on_published=marker.mark_dispatched,
-            deadline_s=settings.publish_deadline_seconds,
-            breaker=CircuitBreaker(settings.breaker_failures, settings.breaker_reset_seconds),
-        )
-        publisher.start()
-        sealer = Sealer(settings.secret_keys)
-        if not settings.secret_keys:
-            logger.warning("MCP_TASKS_SECRET_KEYS is not set: MRTR request states only open in this process")
-        holder["services"] = Services(
-            settings, store, events, publisher, SERVER_VERSION, sealer, default_queue(celery, settings)
-        )
-        try:
-            yield
-        finally:
-            await events.stop()
-            await asyncio.to_thread(publisher.stop)
-            await asyncio.to_thread(marker.close)
-            await store.close()
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
+        async with composition.running(settings) as services:
+            yield {"services": services}
 
     app = FastAPI(
         title="mcp-celery-tasks", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
@@ -135,7 +99,7 @@ def create_server(settings: Settings) -> FastAPI:
 
     @app.post("/mcp")
     async def mcp_post(request: Request) -> Response:
-        services = holder["services"]
+        services: Services = request.state.services
         origin = request.headers.get("origin")
         if origin is not None and not _origin_allowed(origin, settings):
             return _error(403, InvalidRequest("Origin not allowed"))
@@ -202,7 +166,7 @@ def create_server(settings: Settings) -> FastAPI:
             principal = authenticator.principal(request.headers.get("authorization"))
         except Unauthorized:
             return Response(status_code=401)
-        deleted = await holder["services"].store.delete_session(session_id, principal)
+        deleted = await request.state.services.store.delete_session(session_id, principal)
         return Response(status_code=200 if deleted else 404)
 
     @app.get(METADATA_PATH)
@@ -215,9 +179,9 @@ def create_server(settings: Settings) -> FastAPI:
         return _json(200, {"status": "ok"})
 
     @app.get("/readyz")
-    async def readyz() -> Response:
+    async def readyz(request: Request) -> Response:
         """Ready: Postgres answers with the migrations at head, and the broker is reachable."""
-        services = holder["services"]
+        services: Services = request.state.services
         checks: dict[str, str] = {}
         try:
             revision = await asyncio.wait_for(services.store.schema_revision(), 5)
@@ -242,23 +206,10 @@ def create_server(settings: Settings) -> FastAPI:
     return app
 
 
-async def _check_connection_budget(store: ApiStore, settings: Settings) -> None:
-    """Warn at start-up when this process's pool would not fit under max_connections (the
-    README's budget: api * (db_pool_max + 2) + sum of worker (concurrency + 1) + 5)."""
-    try:
-        used, limit = await store.connection_headroom()
-    except InfrastructureError:
-        logger.warning("Postgres is not reachable at start-up; the API will keep trying")
-        return
-    needed = settings.db_pool_max + 2
-    if used + needed > limit - 5:
-        logger.warning(
-            "connection budget: %d of max_connections=%d are in use and this API process may open %d "
-            "more; raise max_connections or lower MCP_TASKS_DB_POOL_MAX",
-            used,
-            limit,
-            needed,
-        )
+def from_environment() -> FastAPI:
+    """``uvicorn --factory mcp_celery_tasks.server:from_environment``: the app from ``MCP_TASKS_*``
+    (what ``serve --workers N`` runs in each worker process)."""
+    return create_server(get_settings())
 
 
 async def _sse(services: Services, reply: dispatch.Reply) -> AsyncIterator[str]:

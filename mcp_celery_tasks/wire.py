@@ -33,6 +33,14 @@ __all__ = [
     "CallToolParams",
     "DetailedTaskResult",
     "EmptyAck",
+    "InputRequired",
+    "LegacyCallToolParams",
+    "LegacyListParams",
+    "LegacyParams",
+    "LegacyTaskParams",
+    "ListenParams",
+    "MetaParams",
+    "PagedParams",
     "RequestMeta",
     "TaskCreated",
     "TaskIdParams",
@@ -62,12 +70,19 @@ class RequestMeta(BaseModel):
     client_info: dict[str, Any] | None = Field(default=None, alias=CLIENT_INFO_META_KEY)
 
 
-class _Params(WireModel):
+class MetaParams(WireModel):
+    """Params of a 2026-07-28 request: the ``_meta`` envelope (checked by dispatch), and any
+    other field (unknown fields are ignored)."""
+
     model_config = ConfigDict(extra="allow")
     meta: RequestMeta | None = Field(default=None, alias="_meta")
 
 
-class CallToolParams(_Params):
+class PagedParams(MetaParams):
+    cursor: str | None = None
+
+
+class CallToolParams(MetaParams):
     name: str
     arguments: dict[str, Any] | None = None
     input_responses: dict[str, Any] | None = None
@@ -76,12 +91,45 @@ class CallToolParams(_Params):
     # ignore it, so it lands in the extras and nothing reads it.
 
 
-class TaskIdParams(_Params):
+class TaskIdParams(MetaParams):
     task_id: str = Field(min_length=1)
 
 
 class TaskUpdateParams(TaskIdParams):
     input_responses: dict[str, Any]
+
+
+class ListenFilter(WireModel):
+    model_config = ConfigDict(extra="allow")
+    task_ids: list[str] | None = None
+
+
+class ListenParams(MetaParams):
+    """``subscriptions/listen``: the notifications the caller wants (only task ids are offered)."""
+
+    notifications: ListenFilter | None = None
+
+
+class LegacyParams(WireModel):
+    """Params of a 2025-11-25 request: ``_meta`` is free-form there (``progressToken`` …)."""
+
+    model_config = ConfigDict(extra="allow")
+    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+
+
+class LegacyCallToolParams(LegacyParams):
+    name: str
+    arguments: dict[str, Any] | None = None
+    task: dict[str, Any] | None = None
+    """SEP-1686's opt-in to a task (``{"ttl": ms}``); the server advertised tasks.requests."""
+
+
+class LegacyTaskParams(LegacyParams):
+    task_id: str = Field(min_length=1)
+
+
+class LegacyListParams(LegacyParams):
+    cursor: str | None = None
 
 
 class _TaskFields(WireModel):
@@ -109,6 +157,15 @@ class DetailedTaskResult(_TaskFields):
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+
+
+class InputRequired(WireModel):
+    """MRTR's ``InputRequiredResult`` (SEP-2322): input requests, and a sealed ``requestState``
+    for the retry. The requests are passed through as the tool asked them."""
+
+    result_type: Literal["input_required"] = "input_required"
+    input_requests: dict[str, Any]
+    request_state: str | None = None
 
 
 class EmptyAck(WireModel):

@@ -8,9 +8,9 @@ import re
 import pytest
 from mcp_types import jsonrpc as codes
 
-from mcp_celery_tasks import handlers
 from mcp_celery_tasks.dispatch import decode_header_value
 from mcp_celery_tasks.errors import HeaderMismatch
+from mcp_celery_tasks.service import new_task_id
 
 URL_SAFE = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -46,19 +46,19 @@ def test_base64_of_invalid_utf8_is_a_header_mismatch() -> None:
 
 
 def test_task_id_is_long_and_url_safe() -> None:
-    task_id = handlers.new_task_id()
+    task_id = new_task_id()
     assert len(task_id) >= 32  # at least 128 bits of entropy, in base64
     assert URL_SAFE.match(task_id)
 
 
 def test_task_id_is_never_of_the_encoded_header_form() -> None:
     for _ in range(200):
-        task_id = handlers.new_task_id()
+        task_id = new_task_id()
         assert "=" not in task_id and "?" not in task_id
         assert decode_header_value(task_id) == task_id
 
 
 def test_task_ids_are_unique() -> None:
-    ids = [handlers.new_task_id() for _ in range(1000)]
+    ids = [new_task_id() for _ in range(1000)]
     assert len(set(ids)) == 1000
     assert all(len(task_id) >= 32 and URL_SAFE.match(task_id) for task_id in ids)

@@ -1,0 +1,47 @@
+"""Services over in-memory doubles: the protocol layer and the task service without Postgres or a
+broker (the e2e tests run the same paths on real ones)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+
+from mcp_celery_tasks.events import TaskEvents
+from mcp_celery_tasks.sealing import Sealer
+from mcp_celery_tasks.service import Services, TaskService
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import ApiStore
+from tests.memory_api import MemoryApiStore, RecordingPublisher
+
+
+@pytest.fixture
+def memory() -> MemoryApiStore:
+    return MemoryApiStore()
+
+
+@pytest.fixture
+def publisher() -> RecordingPublisher:
+    return RecordingPublisher()
+
+
+@pytest.fixture
+async def services(memory: MemoryApiStore, publisher: RecordingPublisher) -> AsyncIterator[Services]:
+    settings = Settings(max_sync_wait_seconds=5.0)
+    store = cast(ApiStore, memory)
+    events = TaskEvents(store, recheck_s=0.05, poll_s=0.05)
+    await events.start()
+    tasks = TaskService(settings, store, events, publisher, "mcp.default")
+    yield Services(settings, tasks, store, events, publisher, Sealer([]), "9.9.9")
+    await events.stop()
+
+
+def meta(extension: bool = True, **capabilities: Any) -> dict[str, Any]:
+    caps: dict[str, Any] = dict(capabilities)
+    if extension:
+        caps.setdefault("extensions", {})["io.modelcontextprotocol/tasks"] = {}
+    return {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": caps,
+    }

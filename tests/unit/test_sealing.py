@@ -1,0 +1,85 @@
+"""Sealed MRTR ``requestState``: opaque, bound to principal/tool/arguments, expiring, rotatable."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from mcp_types import jsonrpc as codes
+
+from mcp_celery_tasks.errors import InvalidParams
+from mcp_celery_tasks.sealing import Sealer, arguments_hash, generate_key
+
+BOUND = {"p": "token:alice", "t": "greet", "a": arguments_hash({"name": "x"})}
+
+
+def test_a_sealed_state_opens_with_its_payload() -> None:
+    sealer = Sealer([generate_key()])
+    state = sealer.seal({"k": "task", "task": "T", **BOUND}, ttl_s=60)
+    assert "task" not in state and "alice" not in state  # opaque to the client
+    assert sealer.open(state, **BOUND)["task"] == "T"
+
+
+@pytest.mark.parametrize("field", ["p", "t", "a"])
+def test_a_state_bound_to_another_call_is_refused(field: str) -> None:
+    sealer = Sealer([generate_key()])
+    state = sealer.seal(dict(BOUND), ttl_s=60)
+    with pytest.raises(InvalidParams) as refused:
+        sealer.open(state, **{**BOUND, field: "other"})
+    assert refused.value.code == codes.INVALID_PARAMS
+
+
+def test_an_expired_state_is_refused() -> None:
+    sealer = Sealer([generate_key()])
+    state = sealer.seal(dict(BOUND), ttl_s=-1)
+    with pytest.raises(InvalidParams, match="expired"):
+        sealer.open(state, **BOUND)
+
+
+@pytest.mark.parametrize("tamper", ["flip", "truncate", "other-key-id", "empty", "garbage"])
+def test_a_tampered_state_is_refused(tamper: str) -> None:
+    sealer = Sealer([generate_key()])
+    state = sealer.seal(dict(BOUND), ttl_s=60)
+    key_id, _, blob = state.partition(".")
+    raw = bytearray(base64.urlsafe_b64decode(blob + "=" * (-len(blob) % 4)))
+    if tamper == "flip":
+        raw[-1] ^= 1
+        state = f"{key_id}." + base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
+    elif tamper == "truncate":
+        state = state[:-6]
+    elif tamper == "other-key-id":
+        state = f"deadbeef.{blob}"
+    elif tamper == "empty":
+        state = f"{key_id}."
+    else:
+        state = "not a state at all"
+    with pytest.raises(InvalidParams):
+        Sealer([generate_key()]).open(state, **BOUND) if tamper == "other-key-id" else sealer.open(
+            state, **BOUND
+        )
+
+
+def test_rotation_new_key_seals_old_keys_still_open() -> None:
+    old, new = generate_key(), generate_key()
+    before = Sealer([old]).seal(dict(BOUND), ttl_s=60)
+    rotated = Sealer([new, old])
+    assert rotated.open(before, **BOUND)["p"] == "token:alice"
+    after = rotated.seal(dict(BOUND), ttl_s=60)
+    with pytest.raises(InvalidParams):
+        Sealer([old]).open(after, **BOUND)  # the old-only replica cannot open the new key's state
+
+
+def test_without_keys_each_process_seals_for_itself() -> None:
+    state = Sealer([]).seal(dict(BOUND), ttl_s=60)
+    with pytest.raises(InvalidParams):
+        Sealer([]).open(state, **BOUND)
+
+
+def test_a_malformed_key_is_refused_at_start() -> None:
+    with pytest.raises(ValueError, match="32 bytes"):
+        Sealer([base64.urlsafe_b64encode(b"short").decode()])
+
+
+def test_states_are_unique_per_seal() -> None:
+    sealer = Sealer([generate_key()])
+    assert sealer.seal(dict(BOUND), ttl_s=60) != sealer.seal(dict(BOUND), ttl_s=60)
