@@ -73,6 +73,7 @@ tasks = Table(
     Column("protocol_version", Text, nullable=False),
     Column("client_capabilities", JSONB, nullable=False),
     Column("client_info", JSONB, nullable=True),
+    Column("session_id", Text, nullable=True),
     CheckConstraint(STATUS_CHECK, name="status"),
     Index("ix_mcp_tasks_expires_at", "expires_at"),
     Index("ix_mcp_tasks_owner_created_at", "owner", "created_at"),
@@ -83,6 +84,12 @@ tasks = Table(
         postgresql_where=text(f"status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"),
     ),
     Index("ix_mcp_tasks_undispatched", "created_at", postgresql_where=text("dispatched_at IS NULL")),
+    Index(
+        "ix_mcp_tasks_session_created_at",
+        "session_id",
+        "created_at",
+        postgresql_where=text("session_id IS NOT NULL"),
+    ),
 )
 
 task_inputs = Table(

@@ -38,7 +38,7 @@ from mcp_celery_tasks.rpc import (
     result_body,
 )
 from mcp_celery_tasks.service import RequestContext, Services
-from mcp_celery_tasks.wire import RequestMeta, dump
+from mcp_celery_tasks.wire import ALL_VERSIONS, RequestMeta, dump
 
 __all__ = ["Headers", "Reply", "decode_header_value", "dispatch", "settle", "unstorable", "valid_id"]
 
@@ -291,7 +291,7 @@ def _meta(params: dict[str, Any], headers: Headers) -> RequestMeta:
     if meta.protocol_version not in methods.SUPPORTED_VERSIONS:
         raise UnsupportedVersion(
             f"Unsupported protocol version {meta.protocol_version!r}",
-            {"supported": list(methods.SUPPORTED_VERSIONS), "requested": meta.protocol_version},
+            {"supported": list(ALL_VERSIONS), "requested": meta.protocol_version},
         )
     return meta
 

@@ -22,11 +22,12 @@ from typing import Any, Final
 from mcp_celery_tasks import modern
 from mcp_celery_tasks.errors import InvalidParams, MethodNotFound, ProtocolError
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED
-from mcp_celery_tasks.registry import all_tools
+from mcp_celery_tasks.registry import InvalidArguments, all_tools
 from mcp_celery_tasks.rpc import Deferred, Result, Stream, WithHeaders, error_body
 from mcp_celery_tasks.service import UNKNOWN_TASK, RequestContext, Services, TaskView
 from mcp_celery_tasks.store import TaskRecord
 from mcp_celery_tasks.wire import (
+    LEGACY_VERSIONS,
     CallToolParams,
     LegacyCallToolParams,
     LegacyListParams,
@@ -49,7 +50,6 @@ __all__ = [
     "task_result",
 ]
 
-LEGACY_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26")
 RELATED: Final = "io.modelcontextprotocol/related-task"
 INPUT_ID_PREFIX: Final = "mcp-input/"
 PAGE: Final = 50
@@ -88,9 +88,20 @@ def task(record: TaskRecord) -> dict[str, Any]:
         "ttl": record.reported_ttl_ms(),
         "pollInterval": record.poll_interval_ms,
     }
-    if record.status_message:
-        shown["statusMessage"] = record.status_message
+    message = record.status_message
+    if status == FAILED and not message:
+        message = _failure_message(record)
+    if message:
+        shown["statusMessage"] = message
     return shown
+
+
+def _failure_message(record: TaskRecord) -> str | None:
+    """What went wrong, for a failed SEP-1686 task (its statusMessage SHOULD say so)."""
+    if record.error:
+        return str(record.error.get("message") or "") or None
+    texts = [b.get("text") for b in (record.result or {}).get("content", []) if b.get("type") == "text"]
+    return " ".join(t for t in texts if t) or None
 
 
 def _outcome(request_id: Any, record: TaskRecord | None, related: bool) -> dict[str, Any]:
@@ -137,6 +148,8 @@ async def ping(services: Services, ctx: RequestContext, params: LegacyParams) ->
 
 
 async def list_tools(services: Services, ctx: RequestContext, params: LegacyListParams) -> Result:
+    if params.cursor is not None:
+        raise InvalidParams("Invalid cursor: the tool list has one page")
     tools = []
     for spec in all_tools():
         entry: dict[str, Any] = {"name": spec.name, "inputSchema": spec.input_schema}
@@ -151,9 +164,12 @@ async def list_tools(services: Services, ctx: RequestContext, params: LegacyList
 
 
 async def call_tool(services: Services, ctx: RequestContext, params: LegacyCallToolParams) -> Result:
-    spec, arguments = modern.resolve_call(
-        services, CallToolParams(name=params.name, arguments=params.arguments)
-    )
+    try:
+        spec, arguments = modern.resolve_call(
+            services, CallToolParams(name=params.name, arguments=params.arguments)
+        )
+    except InvalidArguments as exc:  # a tool execution error the model can correct
+        return {"content": [{"type": "text", "text": exc.message}], "isError": True}
     # SEP-1686: the request opts in with params.task (the server advertised tasks.requests).
     wants_task = params.task is not None
     if spec.mode == "required" and not wants_task:
@@ -284,7 +300,9 @@ async def list_tasks(services: Services, ctx: RequestContext, params: LegacyList
             raise InvalidParams("Invalid cursor") from exc
         if "\x00" in task_id or after[0].tzinfo is None:
             raise InvalidParams("Invalid cursor")
-    records = await services.store.list_tasks(ctx.principal, PAGE + 1, after)
+    # A session's own tasks: never another client's, also when auth is off (everyone is anon).
+    assert ctx.session_id is not None
+    records = await services.store.list_tasks(ctx.principal, ctx.session_id, PAGE + 1, after)
     result: dict[str, Any] = {"tasks": [task(r) for r in records[:PAGE]]}
     if len(records) > PAGE:
         last = records[PAGE - 1]

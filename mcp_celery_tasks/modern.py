@@ -12,19 +12,21 @@ from __future__ import annotations
 from typing import Any
 
 import pydantic_core
-from mcp_types import DiscoverResult, ListToolsResult, Tool
+from mcp_types import CallToolResult, DiscoverResult, ListToolsResult, Tool
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks import mrtr, tracing
 from mcp_celery_tasks.errors import InternalError, InvalidParams, MissingCapability, ProtocolError
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED, INPUT_REQUIRED
-from mcp_celery_tasks.registry import ToolSpec, all_tools, get_tool
+from mcp_celery_tasks.registry import InvalidArguments, ToolSpec, all_tools, get_tool
+from mcp_celery_tasks.results import error_result
 from mcp_celery_tasks.rpc import Deferred, Result
 from mcp_celery_tasks.service import UNKNOWN_TASK, RequestContext, Services, TaskView
 from mcp_celery_tasks.store import TaskRecord
 from mcp_celery_tasks.wire import (
-    MODERN_VERSION,
+    ALL_VERSIONS,
     TASKS_EXTENSION,
+    TOOL_MODE_META_KEY,
     CallToolParams,
     DetailedTaskResult,
     EmptyAck,
@@ -103,7 +105,7 @@ class StoredError(ProtocolError):
 async def discover(services: Services, ctx: RequestContext, params: MetaParams) -> Result:
     return DiscoverResult.model_validate(
         {
-            "supportedVersions": [MODERN_VERSION],
+            "supportedVersions": list(ALL_VERSIONS),
             "capabilities": {"tools": {}, "extensions": {TASKS_EXTENSION: {}}},
             "instructions": (
                 "Long-running tools run as tasks: declare the io.modelcontextprotocol/tasks extension "
@@ -116,17 +118,17 @@ async def discover(services: Services, ctx: RequestContext, params: MetaParams) 
 
 
 def _tool(spec: ToolSpec) -> Tool:
-    # 2026-07-28 has no tool-level task flag (SPEC-CHECKLIST Q-19); say it in _meta so hosts
-    # that care can show it, without inventing a spec field.
     return Tool(
         name=spec.name,
         description=spec.description,
         input_schema=spec.input_schema,
-        meta={f"{TASKS_EXTENSION}/mode": spec.mode},
+        meta={TOOL_MODE_META_KEY: spec.mode},
     )
 
 
 async def list_tools(services: Services, ctx: RequestContext, params: PagedParams) -> Result:
+    if params.cursor is not None:
+        raise InvalidParams("Invalid cursor: the tool list has one page")
     return ListToolsResult(
         tools=[_tool(spec) for spec in all_tools()], ttl_ms=LISTING_TTL_MS, cache_scope="public"
     )
@@ -154,7 +156,10 @@ def resolve_call(services: Services, params: CallToolParams) -> tuple[ToolSpec, 
 
 
 async def _call_tool(services: Services, ctx: RequestContext, params: CallToolParams) -> Result:
-    spec, arguments = resolve_call(services, params)
+    try:
+        spec, arguments = resolve_call(services, params)
+    except InvalidArguments as exc:
+        return CallToolResult.model_validate(error_result(exc.message))  # the model can correct it
     tasked = ctx.declares_tasks
     if spec.mode == "required" and not tasked:
         # SEP-2663: a server that cannot answer without a task MUST say -32021 (HTTP 400).

@@ -19,7 +19,7 @@ from typing import Any
 from mcp_celery_tasks import metrics
 from mcp_celery_tasks.errors import InvalidParams, InvalidRequest
 from mcp_celery_tasks.modern import detailed
-from mcp_celery_tasks.rpc import Result, Stream
+from mcp_celery_tasks.rpc import Result, Stream, result_body
 from mcp_celery_tasks.service import RequestContext, Services
 from mcp_celery_tasks.wire import ListenParams, dump
 
@@ -34,7 +34,7 @@ async def listen(services: Services, ctx: RequestContext, params: ListenParams) 
     if requested is None:
         # Only task notifications are offered: agree to nothing (the ack omits taskIds) and
         # end the subscription at once (SPEC-CHECKLIST Q-21).
-        return Stream(_nothing(request_id))
+        return Stream(_nothing(services, request_id))
     ctx.require_tasks()  # SEP-2663: taskIds from a non-declaring client -> -32021
     limit = services.settings.max_subscription_task_ids
     if len(requested) > limit:
@@ -69,10 +69,15 @@ async def _counted(
             services.subscriptions.pop(principal, None)
 
 
-async def _nothing(request_id: Any) -> AsyncIterator[dict[str, Any]]:
+async def _nothing(services: Services, request_id: Any) -> AsyncIterator[dict[str, Any]]:
     yield _notification("notifications/subscriptions/acknowledged", request_id, {"notifications": {}})
-    final = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: request_id}}
-    yield {"jsonrpc": "2.0", "id": request_id, "result": final}
+    yield _final(services, request_id)
+
+
+def _final(services: Services, request_id: Any) -> dict[str, Any]:
+    """The subscription's own response, last on the stream (with serverInfo, as every result)."""
+    result = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: request_id}}
+    return result_body(request_id, result, services.server_info)
 
 
 def _notification(method: str, request_id: Any, body: dict[str, Any]) -> dict[str, Any]:
@@ -112,5 +117,4 @@ async def _messages(
             if pending:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), timeout=safety_s)
-    final = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: request_id}}
-    yield {"jsonrpc": "2.0", "id": request_id, "result": final}
+    yield _final(services, request_id)

@@ -24,6 +24,7 @@ from mcp_celery_tasks.inputs import Elicit
 
 __all__ = [
     "AskFirst",
+    "InvalidArguments",
     "Mode",
     "ToolModuleError",
     "ToolSpec",
@@ -63,15 +64,24 @@ class ToolSpec:
     input_schema: dict[str, Any] = field(default_factory=dict)
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Validate against the input schema; return the JSON-ready arguments to store."""
+        """Validate against the input schema; return the JSON-ready arguments to store.
+
+        Raises ``InvalidArguments`` naming each problem (an unknown name lists the valid ones).
+        """
         try:
             model = self.arguments_model.model_validate(arguments)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}"
-                for err in exc.errors(include_url=False)
-            )
-            raise InvalidParams(f"Invalid arguments for tool {self.name!r}: {problems}") from exc
+            problems = []
+            for err in exc.errors(include_url=False):
+                where = ".".join(str(p) for p in err["loc"]) or "arguments"
+                if err["type"] == "extra_forbidden":
+                    valid = ", ".join(self.input_schema.get("properties", {})) or "none"
+                    problems.append(f"unknown argument {where!r} (this tool takes: {valid})")
+                else:
+                    problems.append(f"{where}: {err['msg']}")
+            raise InvalidArguments(
+                f"Invalid arguments for tool {self.name!r}: {'; '.join(problems)}"
+            ) from exc
         return model.model_dump(mode="json", by_alias=True)
 
     def questions_first(self, arguments: dict[str, Any]) -> dict[str, Elicit]:
@@ -111,7 +121,8 @@ def _build(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], str | No
         fields[f"p{index}"] = (annotation, Field(default, alias=param.name))
     model = create_model(
         f"{name}_arguments",
-        __config__=ConfigDict(extra="ignore", populate_by_name=False, serialize_by_alias=True),
+        # Unknown argument names are refused: a typo must not silently run with the default.
+        __config__=ConfigDict(extra="forbid", populate_by_name=False, serialize_by_alias=True),
         **fields,
     )
     return model, context_param
@@ -215,6 +226,12 @@ def get_tool(name: str) -> ToolSpec | None:
 def all_tools() -> list[ToolSpec]:
     """Every tool, in registration order."""
     return list(_REGISTRY.values())
+
+
+class InvalidArguments(InvalidParams):
+    """Arguments that do not fit the tool's input schema. Answered as a tool execution error
+    (``isError: true``) the model can correct, not a protocol error (MCP tools: "Tool Execution
+    Errors" include invalid input)."""
 
 
 class ToolModuleError(Exception):

@@ -148,6 +148,7 @@ class TaskService:
                 client_capabilities=ctx.meta.client_capabilities,
                 client_info=ctx.meta.client_info,
                 preflight=preflight,
+                session_id=ctx.session_id,
             )
         )
         # The row is committed (autocommit): a tasks/get for this id resolves from here on
@@ -195,7 +196,7 @@ class TaskService:
         """The status turns cancelled at once (the spec allows it; the worker's late result is
         dropped by its guarded write); a worker blocked on input is woken, and the job revoked
         (without terminate: a queued job then never starts; a running one notices the row)."""
-        outcome = await self._store.request_cancel(task_id, principal, message)
+        outcome = await self._store.request_cancel(task_id, principal, message or "cancelled by the client")
         if outcome.cancelled_now and outcome.job_id:
             metrics.cancels_requested.labels(outcome.tool or "unknown").inc()
             if outcome.wake_inbox:

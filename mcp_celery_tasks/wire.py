@@ -24,12 +24,15 @@ from mcp_celery_tasks.errors import TASKS_EXTENSION
 from mcp_celery_tasks.lifecycle import Status
 
 __all__ = [
+    "ALL_VERSIONS",
     "CLIENT_CAPABILITIES_META_KEY",
     "CLIENT_INFO_META_KEY",
+    "LEGACY_VERSIONS",
     "MODERN_VERSION",
     "PROTOCOL_VERSION_META_KEY",
     "SERVER_INFO_META_KEY",
     "TASKS_EXTENSION",
+    "TOOL_MODE_META_KEY",
     "CallToolParams",
     "DetailedTaskResult",
     "EmptyAck",
@@ -52,6 +55,16 @@ __all__ = [
 ]
 
 MODERN_VERSION = "2026-07-28"
+LEGACY_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+"""Served through ``initialize`` and a session (the handshake era)."""
+ALL_VERSIONS = (MODERN_VERSION, *LEGACY_VERSIONS)
+"""What ``server/discover`` and -32022's ``data.supported`` list: every version this server speaks,
+statelessly (2026-07-28) or after ``initialize`` (the others)."""
+
+TOOL_MODE_META_KEY = "io.github.mcp-celery-tasks/taskSupport"
+"""A tool's task mode in its ``_meta`` (forbidden / optional / required): 2026-07-28 has no
+tool-level task flag (SPEC-CHECKLIST Q-19). Our own prefix: ``io.modelcontextprotocol/`` is
+reserved for MCP's keys, and a key's name may not contain a slash (CORE-BASIC ``_meta``)."""
 
 
 class WireModel(BaseModel):

@@ -94,10 +94,10 @@ class MemoryApiStore:
         return [i for i in row.inputs.values() if i.response is None and not i.superseded]
 
     async def list_tasks(
-        self, owner: str, limit: int, after: tuple[datetime, str] | None = None
+        self, owner: str, session_id: str, limit: int, after: tuple[datetime, str] | None = None
     ) -> list[TaskRecord]:
         mine = sorted(
-            (r for r in self.rows.values() if r.task.owner == owner),
+            (r for r in self.rows.values() if r.task.owner == owner and r.task.session_id == session_id),
             key=lambda r: (r.created_at, r.task.task_id),
             reverse=True,
         )

@@ -33,6 +33,7 @@ def new_task_params(task: NewTask) -> dict[str, Any]:
         "protocol_version": task.protocol_version,
         "client_capabilities": Jsonb(task.client_capabilities),
         "client_info": jsonb(task.client_info),
+        "session_id": task.session_id,
     }
 
 

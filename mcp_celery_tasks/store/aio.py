@@ -177,11 +177,12 @@ class ApiStore:
         return bool(rows)
 
     async def list_tasks(
-        self, owner: str, limit: int, after: tuple[datetime, str] | None = None
+        self, owner: str, session_id: str, limit: int, after: tuple[datetime, str] | None = None
     ) -> list[TaskRecord]:
-        """The owner's tasks, newest first, after a keyset cursor."""
+        """The tasks a 2025-11-25 session created, newest first, after a keyset cursor."""
         params = {
             "owner": owner,
+            "session_id": session_id,
             "limit": limit,
             "after_created": after[0] if after else None,
             "after_id": after[1] if after else None,

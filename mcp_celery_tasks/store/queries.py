@@ -36,10 +36,10 @@ TO_FAILED: Final = guard("failed")
 CREATE_TASK: Final[LiteralString] = f"""
 INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, preflight, status, status_message,
     ttl_ms, retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
-    client_capabilities, client_info)
+    client_capabilities, client_info, session_id)
 VALUES (%(task_id)s, %(job_id)s, %(owner)s, %(tool_name)s, %(arguments)s, %(preflight)s, 'working',
     %(status_message)s, %(ttl_ms)s, %(retention_ms)s, %(poll_interval_ms)s, %(queue)s,
-    %(max_attempts)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s)
+    %(max_attempts)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s, %(session_id)s)
 RETURNING {TASK_COLUMNS}, statement_timestamp() AS db_now
 """
 
@@ -73,7 +73,7 @@ WITH prev AS (
 ), upd AS (
     UPDATE mcp_tasks t
     SET status = 'cancelled', cancel_requested_at = now(), last_updated_at = now(),
-        expires_at = {_EXPIRES}, status_message = COALESCE(%(message)s, t.status_message)
+        expires_at = {_EXPIRES}, status_message = %(message)s
     FROM prev
     WHERE t.task_id = prev.task_id AND t.{TO_CANCELLED}
     RETURNING t.task_id, t.job_id, t.inbox, t.tool_name, prev.status AS previous_status
@@ -147,7 +147,8 @@ FINISH: Final[LiteralString] = f"""
 WITH upd AS (
     UPDATE mcp_tasks
     SET status = %(status)s, result = %(result)s, error = %(error)s,
-        status_message = COALESCE(%(message)s, status_message),
+        -- A finished task says how it ended, never its last progress text ("computing x").
+        status_message = %(message)s,
         last_updated_at = now(), finished_at = now(), expires_at = {_EXPIRES}, lease_until = NULL
     WHERE task_id = %(task_id)s AND worker = %(worker)s AND status IN {ACTIVE_SQL}
     RETURNING task_id
@@ -402,7 +403,7 @@ RETURNING session_id
 
 LIST_TASKS: Final[LiteralString] = f"""
 SELECT {TASK_COLUMNS}, statement_timestamp() AS db_now FROM mcp_tasks
-WHERE owner = %(owner)s
+WHERE owner = %(owner)s AND session_id = %(session_id)s
   AND (%(after_created)s::timestamptz IS NULL OR (created_at, task_id) < (%(after_created)s, %(after_id)s))
 ORDER BY created_at DESC, task_id DESC
 LIMIT %(limit)s

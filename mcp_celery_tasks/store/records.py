@@ -30,6 +30,8 @@ class NewTask:
     client_info: dict[str, Any] | None
     preflight: dict[str, Any] | None = None
     status_message: str | None = None
+    session_id: str | None = None
+    """The 2025-11-25 session that created the task (SEP-1686 tasks/list lists per session)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,7 +152,7 @@ def test_unsupported_protocol_version_names_the_supported_and_requested_ones(cli
     params = {"_meta": {**meta(), "io.modelcontextprotocol/protocolVersion": "2099-01-01"}}
     reply = client.request("tools/list", params, headers={"MCP-Protocol-Version": "2099-01-01"})
     error = assert_error(reply, codes.UNSUPPORTED_PROTOCOL_VERSION, 400)
-    assert error["data"]["supported"] == [VERSION]
+    assert error["data"]["supported"] == [VERSION, "2025-11-25", "2025-06-18", "2025-03-26"]
     assert error["data"]["requested"] == "2099-01-01"
 
 
@@ -306,12 +306,34 @@ def test_loopback_origin_is_accepted(client: Client) -> None:
 # ---- tools/call ----------------------------------------------------------------------------
 
 
-def test_invalid_tool_arguments_name_the_field_and_write_no_row(client: Client, stack: Stack) -> None:
+def test_invalid_tool_arguments_are_a_tool_error_naming_the_field_and_write_no_row(
+    client: Client, stack: Stack
+) -> None:
     before = row_count(stack)
-    reply = client.call_tool("slow_compute", {"seconds": "x"})
-    error = assert_error(reply, codes.INVALID_PARAMS)
-    assert "seconds" in error["message"]
+    result = client.call_tool("slow_compute", {"seconds": "x"}).result
+    assert result["isError"] is True and result["resultType"] == "complete" and "taskId" not in result
+    assert "seconds" in result["content"][0]["text"]
     assert row_count(stack) == before
+
+
+def test_unknown_argument_names_are_refused_with_the_valid_ones(client: Client, stack: Stack) -> None:
+    before = row_count(stack)
+    result = client.call_tool("slow_compute", {"secs": 1}).result
+    text = result["content"][0]["text"]
+    assert result["isError"] is True
+    assert "'secs'" in text and "seconds" in text and "label" in text
+    assert row_count(stack) == before
+
+
+def test_a_cursor_on_tools_list_is_refused(client: Client) -> None:
+    assert_error(client.request("tools/list", {"cursor": "bogus"}), codes.INVALID_PARAMS)
+
+
+def test_tool_task_mode_is_under_our_own_meta_prefix(client: Client) -> None:
+    tools = {tool["name"]: tool for tool in client.request("tools/list").result["tools"]}
+    assert tools["failing_job"]["_meta"] == {"io.github.mcp-celery-tasks/taskSupport": "required"}
+    for tool in tools.values():
+        assert not any(key.startswith("io.modelcontextprotocol/") for key in tool.get("_meta", {}))
 
 
 def test_unknown_tool_is_invalid_params(client: Client, stack: Stack) -> None:

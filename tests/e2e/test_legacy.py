@@ -154,6 +154,25 @@ def test_row_tasks_list_scoped_and_paginated_vs_removed(legacy: Legacy, client: 
     assert client.request("tasks/list").error["code"] == codes.METHOD_NOT_FOUND
 
 
+def test_tasks_list_never_shows_another_clients_tasks(legacy: Legacy, stack: Stack, client: Client) -> None:
+    # Auth is off on this stack: every client is "anon". Another session's task and a task made
+    # on the 2026-07-28 endpoint stay out of this session's list.
+    other = Legacy(stack.url)
+    theirs = other.call("tools/call", {"name": "noop", "arguments": {}, "task": {}})["result"]["task"]
+    modern = client.start("noop")
+    mine = legacy.call("tools/call", {"name": "noop", "arguments": {}, "task": {}})["result"]["task"]
+    listed = [t["taskId"] for t in legacy.call("tasks/list")["result"]["tasks"]]
+    assert mine["taskId"] in listed
+    assert theirs["taskId"] not in listed and modern not in listed
+    assert [t["taskId"] for t in other.call("tasks/list")["result"]["tasks"]] == [theirs["taskId"]]
+    other.http.close()
+
+
+def test_a_progress_token_in_meta_is_accepted(legacy: Legacy) -> None:
+    reply = legacy.call("tools/call", {"name": "noop", "arguments": {}, "_meta": {"progressToken": "p-1"}})
+    assert reply["result"]["content"][0]["text"] == "ok"
+
+
 def test_row_cancel_returns_the_task_and_refuses_terminal_vs_ack(legacy: Legacy, client: Client) -> None:
     spun = legacy.call("tools/call", {"name": "spin", "arguments": {"seconds": 30}, "task": {}})["result"][
         "task"
@@ -172,7 +191,9 @@ def test_row_tool_error_fails_the_task_vs_completed_is_error(legacy: Legacy, cli
     ]
     task_id = created["taskId"]
     wait_until(lambda: legacy.call("tasks/get", {"taskId": task_id})["result"]["status"] != "working", 20)
-    assert legacy.call("tasks/get", {"taskId": task_id})["result"]["status"] == "failed"
+    failed = legacy.call("tasks/get", {"taskId": task_id})["result"]
+    assert failed["status"] == "failed"
+    assert "on purpose" in failed["statusMessage"]  # SEP-1686: a failed task SHOULD say why
     assert client.wait_status(client.start("failing_job"))["status"] == "completed"
 
 

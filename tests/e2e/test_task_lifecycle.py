@@ -89,7 +89,8 @@ def test_status_message_shows_progress(client: Client) -> None:
 
     seen = wait_until(lambda: client.get(task_id).result.get("statusMessage"), 5, what="a status message")
     assert seen == "computing report"
-    client.wait_status(task_id)
+    # Once finished, the task no longer shows its last progress text as its status.
+    assert "statusMessage" not in client.wait_status(task_id)
 
 
 def test_readme_example_tool_counts_words_and_reports_a_tool_error(client: Client, tmp_path: Path) -> None:
