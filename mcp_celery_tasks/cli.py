@@ -114,8 +114,7 @@ def serve(
     log_level: Annotated[str, typer.Option(help="Log level")] = "info",
 ) -> None:
     """Run the MCP endpoint (POST /mcp)."""
-    import uvicorn
-
+    from mcp_celery_tasks import httpserver
     from mcp_celery_tasks.server import create_server
 
     settings = _settings(database_url, broker_url, tools)
@@ -129,21 +128,16 @@ def serve(
         raise typer.Exit(2)
     _require_tools(settings, "serve")
     configure_logging(log_level)
-    options = {"host": bind, "port": port or settings.port, "log_level": log_level, "access_log": False}
-    if workers == 1:
-        uvicorn.run(create_server(settings), **options)  # type: ignore[arg-type]
-        return
-    # Several processes: uvicorn imports the app in each one, from the environment.
-    for name, value in (("DATABASE_URL", database_url), ("BROKER_URL", broker_url)):
-        if value:
-            os.environ[f"MCP_TASKS_{name}"] = value
-    if tools:
-        os.environ["MCP_TASKS_TOOL_MODULES"] = json.dumps(settings.tool_modules)
-    uvicorn.run(
-        "mcp_celery_tasks.server:from_environment",
-        factory=True,
-        workers=workers,
-        **options,  # type: ignore[arg-type]
+    if workers > 1:
+        # Several processes: uvicorn imports the app in each one, from the environment.
+        for name, value in (("DATABASE_URL", database_url), ("BROKER_URL", broker_url)):
+            if value:
+                os.environ[f"MCP_TASKS_{name}"] = value
+        if tools:
+            os.environ["MCP_TASKS_TOOL_MODULES"] = json.dumps(settings.tool_modules)
+    app_or_factory = create_server(settings) if workers == 1 else "mcp_celery_tasks.server:from_environment"
+    httpserver.serve(
+        app_or_factory, settings, host=bind, port=port or settings.port, workers=workers, log_level=log_level
     )
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -25,7 +26,15 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from mcp_celery_tasks import lifecycle
 
-__all__ = ["NOTIFY_CHANNEL", "maintenance", "metadata", "sessions", "task_inputs", "tasks"]
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "maintenance",
+    "metadata",
+    "principal_limits",
+    "sessions",
+    "task_inputs",
+    "tasks",
+]
 
 NOTIFY_CHANNEL = "mcp_task_events"
 
@@ -85,6 +94,11 @@ tasks = Table(
     ),
     Index("ix_mcp_tasks_undispatched", "created_at", postgresql_where=text("dispatched_at IS NULL")),
     Index(
+        "ix_mcp_tasks_owner_active",
+        "owner",
+        postgresql_where=text(f"status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"),
+    ),
+    Index(
         "ix_mcp_tasks_session_created_at",
         "session_id",
         "created_at",
@@ -116,6 +130,19 @@ maintenance = Table(
     Column("job", Text, primary_key=True),
     Column("last_run_at", DateTime(timezone=True), nullable=False),
     Column("last_count", BigInteger, nullable=False, server_default=text("0")),
+)
+
+principal_limits = Table(
+    "mcp_principal_limits",
+    metadata,
+    Column("principal", Text, primary_key=True),
+    Column("max_active_tasks", Integer, nullable=True),
+    Column("creates_per_second", Float, nullable=True),
+    Column("create_burst", Integer, nullable=True),
+    Column("max_concurrent_requests", Integer, nullable=True),
+    Column("max_waiting_inputs", Integer, nullable=True),
+    Column("note", Text, nullable=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )
 
 sessions = Table(

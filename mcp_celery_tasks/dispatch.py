@@ -26,6 +26,7 @@ from mcp_celery_tasks.errors import (
     InvalidParams,
     InvalidRequest,
     MethodNotFound,
+    QuotaExceeded,
     UnsupportedVersion,
 )
 from mcp_celery_tasks.rpc import (
@@ -130,6 +131,8 @@ async def dispatch(services: Services, body: Any, headers: Headers, principal: s
     except Exception as exc:
         error = as_protocol_error(exc)
         reply = Reply(error.http_status, error_body(request_id, error), request_id=request_id)
+        if isinstance(error, QuotaExceeded):
+            reply.headers = error.headers or None
     reply.method, reply.started = label, started
     if reply.deferred is None and reply.stream is None:
         _observe(reply, services.settings.metrics_enabled)

@@ -11,6 +11,7 @@
     │   ├── HeaderMismatch       -32020  (HTTP 400)
     │   ├── MissingCapability    -32021  (HTTP 400)
     │   ├── UnsupportedVersion   -32022  (HTTP 400)
+    │   ├── QuotaExceeded        -32001  (HTTP 429, Retry-After)
     │   └── InternalError        -32603
     ├── ToolError                raised by tool code: the task completes with isError: true
     │   ├── TaskCancelled        the task was cancelled; the worker stops quietly
@@ -22,6 +23,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from mcp_types import jsonrpc as codes
@@ -40,6 +42,7 @@ __all__ = [
     "MissingCapability",
     "ParseError",
     "ProtocolError",
+    "QuotaExceeded",
     "TaskCancelled",
     "ToolError",
     "UnsupportedVersion",
@@ -109,6 +112,35 @@ class MissingCapability(ProtocolError):
 class UnsupportedVersion(ProtocolError):
     code = codes.UNSUPPORTED_PROTOCOL_VERSION
     http_status = 400
+
+
+QUOTA_EXCEEDED = -32001
+"""A principal's quota refused the request (implementation-defined server error: MCP reserves
+-32020..-32099 for itself, JSON-RPC -32000..-32099 for servers)."""
+
+
+class QuotaExceeded(ProtocolError):
+    """A per-principal limit refused the request: ``data`` names the limit, its maximum and,
+    when waiting helps, ``retryAfterMs`` (also sent as the HTTP ``Retry-After`` header)."""
+
+    code = QUOTA_EXCEEDED
+    http_status = 429
+
+    def __init__(
+        self, message: str, *, limit: str, maximum: float, retry_after_s: float | None = None
+    ) -> None:
+        data: dict[str, Any] = {"limit": limit, "max": maximum}
+        if retry_after_s is not None:
+            data["retryAfterMs"] = max(1, int(retry_after_s * 1000))
+        super().__init__(message, data)
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """HTTP headers of the refusal: ``Retry-After`` in whole seconds, when waiting helps."""
+        if self.retry_after_s is None:
+            return {}
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
 
 
 class InternalError(ProtocolError):

@@ -1,9 +1,12 @@
 """TaskEvents: one hub per API process that tells waiters when a task may have changed.
 
 One LISTEN connection per process (``NOTIFY mcp_task_events`` is sent by status transitions
-only), fanned out in-process. A notification is a hint: the waiter re-reads its row. After a
-reconnect every watcher is woken to re-read, and watchers are also woken every
-``recheck_s`` so nothing depends on a notification arriving.
+only), fanned out in-process. A notification is a hint: the waiter re-reads its row. Waiting
+costs nothing per waiter: a waiter reads its row when woken, never on a timer. What a lost
+notification could hide, the hub finds itself, for every waiter at once: after a reconnect it
+wakes everyone, and every ``safety_s`` it re-reads all watched tasks in one batched query and
+wakes those that changed. Tasks that also want statusMessage changes (which send no NOTIFY:
+push subscriptions) are re-read the same way every ``poll_s``.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ __all__ = ["TaskEvents"]
 
 logger = logging.getLogger(__name__)
 
+_BATCH = 1000
+"""Task ids per batched re-read."""
+
 
 class TaskEvents:
-    def __init__(self, store: ApiStore, *, recheck_s: float = 1.0, poll_s: float = 0.25) -> None:
+    def __init__(self, store: ApiStore, *, safety_s: float = 5.0, poll_s: float = 0.25) -> None:
         self._store = store
-        self._recheck_s = recheck_s
+        self._safety_s = safety_s
         self._poll_s = poll_s
         self._polled: dict[str, int] = {}
         self._last_seen: dict[str, tuple[object, ...]] = {}
@@ -32,20 +38,19 @@ class TaskEvents:
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
         self.connected = False
+        self.rereads = 0
+        """Batched re-read queries so far (tests and benchmarks count them)."""
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._listen(), name="mcp-task-events")
         self._poller = asyncio.create_task(self._poll(), name="mcp-task-poller")
 
     async def stop(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._poller, self._task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     @property
     def watched(self) -> int:
@@ -70,22 +75,7 @@ class TaskEvents:
                 self._polled[task_id] = left
             else:
                 self._polled.pop(task_id, None)
-                self._last_seen.pop(task_id, None)
-
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(self._poll_s)
-            if not self._polled:
-                continue
-            try:
-                records = await self._store.get_tasks(list(self._polled))
-            except InfrastructureError:
-                continue  # the listener's reconnect wakes everyone anyway
-            for record in records:
-                state = (record.status, record.status_message, record.last_updated_at)
-                if self._last_seen.get(record.task_id) != state:
-                    self._last_seen[record.task_id] = state
-                    self._wake(record.task_id)
+                self._forget(task_id)
 
     @contextlib.contextmanager
     def watch_with(self, task_id: str, event: asyncio.Event) -> Iterator[asyncio.Event]:
@@ -99,6 +89,11 @@ class TaskEvents:
                 waiters.discard(event)
                 if not waiters:
                     del self._watchers[task_id]
+                    self._forget(task_id)
+
+    def _forget(self, task_id: str) -> None:
+        if task_id not in self._watchers and task_id not in self._polled:
+            self._last_seen.pop(task_id, None)
 
     async def wait_for(
         self,
@@ -108,7 +103,8 @@ class TaskEvents:
         until: Callable[[TaskRecord], bool] = lambda record: not record.active,
     ) -> TaskRecord | None:
         """The row once ``until(row)`` holds (by default: terminal), or the last row read when
-        ``wait_s`` runs out. None if the task does not exist for ``owner``."""
+        ``wait_s`` runs out. None if the task does not exist for ``owner``. The row is read once,
+        then again only when the hub says it may have changed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         with self.watch(task_id) as changed:
@@ -121,7 +117,42 @@ class TaskEvents:
                 if left <= 0:
                     return record
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), timeout=min(left, self._recheck_s))
+                    await asyncio.wait_for(changed.wait(), timeout=left)
+
+    # ---- the hub's own reads -------------------------------------------------------------------
+
+    async def _poll(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_sweep = loop.time() + self._safety_s
+        while True:
+            await asyncio.sleep(self._poll_s)
+            due = set(self._polled)
+            if loop.time() >= next_sweep:
+                due.update(self._watchers)
+                next_sweep = loop.time() + self._safety_s
+            if due:
+                await self._reread(sorted(due))
+
+    async def _reread(self, task_ids: list[str]) -> None:
+        """Re-read ``task_ids`` in batches; wake whoever watches one that changed (or that is
+        seen for the first time: its waiter may have read it before a notification was lost)."""
+        for start in range(0, len(task_ids), _BATCH):
+            chunk = task_ids[start : start + _BATCH]
+            try:
+                records = await self._store.get_tasks(chunk)
+            except InfrastructureError:
+                return  # the listener's reconnect wakes everyone anyway
+            self.rereads += 1
+            found = set()
+            for record in records:
+                found.add(record.task_id)
+                state = (record.status, record.status_message, record.last_updated_at)
+                if self._last_seen.get(record.task_id) != state:
+                    self._last_seen[record.task_id] = state
+                    self._wake(record.task_id)
+            for gone in set(chunk) - found:  # collected meanwhile: let its waiters find out
+                if self._last_seen.pop(gone, None) is not None or gone in self._watchers:
+                    self._wake(gone)
 
     def _wake(self, task_id: str | None) -> None:
         if task_id is None:

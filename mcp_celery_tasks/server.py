@@ -27,7 +27,14 @@ from fastapi.responses import Response, StreamingResponse
 from mcp_celery_tasks import app as composition
 from mcp_celery_tasks import dispatch, metrics, migrate
 from mcp_celery_tasks.auth import METADATA_PATH, Authenticator, Unauthorized
-from mcp_celery_tasks.errors import InfrastructureError, InvalidRequest, ParseError, ProtocolError
+from mcp_celery_tasks.errors import (
+    InfrastructureError,
+    InternalError,
+    InvalidRequest,
+    ParseError,
+    ProtocolError,
+    QuotaExceeded,
+)
 from mcp_celery_tasks.rpc import Stream, error_body
 from mcp_celery_tasks.service import Services
 from mcp_celery_tasks.settings import Settings, get_settings
@@ -83,10 +90,102 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
+LARGE_BODY = 64 * 1024
+"""Bodies above this size share the process's parse budget (``max_inflight_body_bytes``)."""
+BUDGET_WAIT_S = 10.0
+
+
+class _Busy(Exception):
+    """The large-body budget stayed full for ``BUDGET_WAIT_S``."""
+
+
+class _Refused(Exception):
+    """The request was answered before dispatch (too large, not JSON, not storable)."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
+class BodyBudget:
+    """Bytes of large request bodies read and parsed at once in this process: concurrent large
+    bodies wait for each other instead of taking the memory they would expand to."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._freed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def reserve(self, size: int) -> AsyncIterator[None]:
+        size = min(size, self.limit)
+        async with self._freed:
+            try:
+                await asyncio.wait_for(
+                    self._freed.wait_for(lambda: self.used + size <= self.limit), BUDGET_WAIT_S
+                )
+            except TimeoutError:
+                raise _Busy from None
+            self.used += size
+        try:
+            yield
+        finally:
+            async with self._freed:
+                self.used -= size
+                self._freed.notify_all()
+
+
+async def _handle(services: Services, request: Request, principal: str, budget: BodyBudget) -> dispatch.Reply:
+    """Read, parse and dispatch one request within its principal's and the process's limits."""
+    settings = services.settings
+    quotas = services.tasks.quotas
+    limits = await quotas.limits(principal)
+    with quotas.request(principal, limits):
+        declared = request.headers.get("content-length")
+        size = int(declared) if declared is not None and declared.isdigit() else settings.max_body_bytes
+        large = size > LARGE_BODY
+        async with budget.reserve(size) if large else contextlib.nullcontext():
+            body = await _parsed_body(request, settings)
+        headers = dispatch.Headers(
+            protocol_version=_header(request, "mcp-protocol-version"),
+            method=_header(request, "mcp-method"),
+            name=_header(request, "mcp-name"),
+            session_id=_header(request, "mcp-session-id"),
+            accepts_sse="text/event-stream" in request.headers.get("accept", ""),
+        )
+        return await dispatch.dispatch(services, body, headers, principal)
+
+
+async def _parsed_body(request: Request, settings: Settings) -> Any:
+    raw = await _read_body(request, settings.max_body_bytes)
+    if raw is None:
+        raise _Refused(
+            _error(413, InvalidRequest(f"Request body larger than {settings.max_body_bytes} bytes"))
+        )
+    # An upper bound of the objects and arrays parsing would build (braces inside strings count
+    # too): refused before json.loads allocates them.
+    if raw.count(b"{") + raw.count(b"[") > settings.max_json_containers:
+        tooling = InvalidRequest(
+            f"Request body holds more than {settings.max_json_containers} JSON objects and arrays"
+        )
+        raise _Refused(_error(413, tooling))
+    try:
+        body = json.loads(raw, parse_constant=_no_constants)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise _Refused(_error(400, ParseError("Parse error: the body is not valid JSON"))) from None
+    problem = dispatch.unstorable(body)
+    if problem is not None:
+        request_id = body.get("id") if isinstance(body, dict) else None
+        if dispatch.unstorable(request_id) is not None or not dispatch.valid_id(request_id):
+            request_id = None
+        raise _Refused(_error(400, InvalidRequest(f"Invalid request: {problem}"), request_id))
+    return body
+
+
 def create_server(settings: Settings) -> FastAPI:
     """The ASGI app. The services start with the lifespan (``app.running``)."""
     authenticator = Authenticator(settings)
     head = migrate.head_revision()
+    budget = BodyBudget(settings.max_inflight_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
@@ -112,27 +211,15 @@ def create_server(settings: Settings) -> FastAPI:
         except Unauthorized as exc:
             challenge = authenticator.challenge(str(request.base_url), str(exc))
             return _error(401, InvalidRequest(f"Unauthorized: {exc}"), **{"WWW-Authenticate": challenge})
-        raw = await _read_body(request, settings.max_body_bytes)
-        if raw is None:
-            return _error(413, InvalidRequest(f"Request body larger than {settings.max_body_bytes} bytes"))
         try:
-            body = json.loads(raw, parse_constant=_no_constants)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            return _error(400, ParseError("Parse error: the body is not valid JSON"))
-        problem = dispatch.unstorable(body)
-        if problem is not None:
-            request_id = body.get("id") if isinstance(body, dict) else None
-            if dispatch.unstorable(request_id) is not None or not dispatch.valid_id(request_id):
-                request_id = None
-            return _error(400, InvalidRequest(f"Invalid request: {problem}"), request_id)
-        headers = dispatch.Headers(
-            protocol_version=_header(request, "mcp-protocol-version"),
-            method=_header(request, "mcp-method"),
-            name=_header(request, "mcp-name"),
-            session_id=_header(request, "mcp-session-id"),
-            accepts_sse="text/event-stream" in request.headers.get("accept", ""),
-        )
-        reply = await dispatch.dispatch(services, body, headers, principal)
+            reply = await _handle(services, request, principal, budget)
+        except QuotaExceeded as exc:
+            return _error(exc.http_status, exc, **exc.headers)
+        except _Busy:
+            busy = InternalError("The server is busy reading other large requests; retry shortly")
+            return _error(503, busy, **{"Retry-After": "1"})
+        except _Refused as refused:
+            return refused.response
         if reply.stream is not None:
             return StreamingResponse(
                 _sse_stream(services, reply.stream),

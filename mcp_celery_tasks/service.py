@@ -22,6 +22,7 @@ from mcp_celery_tasks.errors import InvalidParams, MissingCapability
 from mcp_celery_tasks.events import TaskEvents
 from mcp_celery_tasks.inputs import validate_response
 from mcp_celery_tasks.lifecycle import INPUT_REQUIRED
+from mcp_celery_tasks.quotas import Quotas
 from mcp_celery_tasks.registry import ToolSpec
 from mcp_celery_tasks.sealing import Sealer
 from mcp_celery_tasks.settings import Settings
@@ -106,12 +107,14 @@ class TaskService:
         events: TaskEvents,
         publisher: Publisher,
         default_queue: str,
+        quotas: Quotas | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
         self._events = events
         self._publisher = publisher
         self._default_queue = default_queue
+        self.quotas = quotas if quotas is not None else Quotas(settings, store)
 
     # ---- create and read -------------------------------------------------------------------
 
@@ -125,8 +128,11 @@ class TaskService:
         preflight: dict[str, Any] | None = None,
         retention_ms: int | None = None,
     ) -> TaskRecord:
-        """Commit the task row, then hand its job to the publisher."""
+        """Commit the task row, then hand its job to the publisher. The principal's quotas
+        (creations per second, active tasks) may refuse it first (``QuotaExceeded``)."""
         settings = self._settings
+        limits = await self.quotas.limits(ctx.principal)
+        self.quotas.take_create(ctx.principal, limits)
         if retention_ms is None:
             retention_ms = (
                 int(spec.retention_seconds * 1000) if spec.retention_seconds else settings.retention_ms
@@ -149,8 +155,11 @@ class TaskService:
                 client_info=ctx.meta.client_info,
                 preflight=preflight,
                 session_id=ctx.session_id,
-            )
+            ),
+            max_active=limits.max_active_tasks or None,
         )
+        if record is None:
+            raise self.quotas.active_exceeded(limits)
         # The row is committed (autocommit): a tasks/get for this id resolves from here on
         # (SEP-2663 S-12). Publishing happens off the loop; the sweeper covers a crash here.
         self._publisher.publish_job(record.job_id, record.queue, tracing.inject())

@@ -145,6 +145,33 @@ class Settings(BaseSettings):
     """Most input requests one task may have outstanding at once."""
     max_subscriptions_per_principal: int = 32
     """Most open ``subscriptions/listen`` streams per principal and API process."""
+
+    max_active_tasks_per_principal: int = 1000
+    """Most tasks one principal may have working or waiting for input at once (queued ones
+    included); a create above it gets -32001 naming the limit. 0: no limit. Per-principal
+    overrides: ``mcp-celery-tasks tasks limits``."""
+    creates_per_second_per_principal: float = 20.0
+    """Sustained tasks one principal may create per second, per API process (a token bucket;
+    -32001 with ``retryAfterMs`` above it). 0: no limit."""
+    create_burst_per_principal: int = 100
+    """How many creates a principal may make at once before the per-second rate applies."""
+    max_concurrent_requests_per_principal: int = 128
+    """Requests one principal may have in progress at once per API process (HTTP 429 above;
+    waiting for a synchronous result is not counted). 0: no limit."""
+    max_inflight_body_bytes: int = 64 * 1_048_576
+    """Bytes of large request bodies (over 64 KiB) one API process reads and parses at once;
+    more wait their turn (HTTP 503 after 10 s). Small requests never wait."""
+    max_json_containers: int = 20_000
+    """Most JSON objects and arrays one request body may hold: bounds the memory and time of
+    parsing it (a 1 MB body of ``[{},{},…]`` would be 200,000 Python dicts)."""
+    request_head_timeout_seconds: float = 10.0
+    """A connection must send a complete request head within this long (slow-loris)."""
+    max_connections: int = 4096
+    """Open HTTP connections per API process; more are closed at once (HTTP 503 is not
+    possible before a request). Keep it below the process's file-descriptor limit."""
+    max_connections_per_client: int = 512
+    """Open connections per client IP address per API process (loopback included; behind a
+    reverse proxy every client is the proxy: limit per client there, see deploy/)."""
     max_result_bytes: int = 4_194_304
     """Largest tool result stored; above it the call ends with ``isError``."""
     max_status_message_chars: int = 1024

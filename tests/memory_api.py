@@ -48,6 +48,8 @@ class MemoryApiStore:
     def __init__(self) -> None:
         self.rows: dict[str, _Row] = {}
         self.sessions: dict[str, dict[str, Any]] = {}
+        self.limits: dict[str, dict[str, Any]] = {}
+        """Per-principal quota overrides (rows of mcp_principal_limits)."""
         self._listeners: list[asyncio.Queue[str | None]] = []
 
     # ---- reads -------------------------------------------------------------------------------
@@ -73,9 +75,15 @@ class MemoryApiStore:
             db_now=_now(),
         )
 
-    async def create_task(self, task: NewTask) -> TaskRecord:
+    async def create_task(self, task: NewTask, max_active: int | None = None) -> TaskRecord | None:
+        active = sum(1 for r in self.rows.values() if r.task.owner == task.owner and r.status in ACTIVE)
+        if max_active is not None and active >= max_active:
+            return None
         self.rows[task.task_id] = _Row(task, status_message=task.status_message)
         return self._record(self.rows[task.task_id])
+
+    async def principal_limits(self) -> list[dict[str, Any]]:
+        return list(self.limits.values())
 
     async def get_task(self, task_id: str, owner: str) -> TaskRecord | None:
         row = self.rows.get(task_id)

@@ -277,6 +277,9 @@ def stack_env(database_url: str, broker_url: str, suffix: str, **extra: str) -> 
             "MCP_TASKS_WORKER_METRICS_PORT": str(free_port()),
             # Every API replica of a stack seals with the same key; workers drop it at start.
             "MCP_TASKS_SECRET_KEYS": f'["{TEST_SECRET_KEY}"]',
+            # The suites create tasks as fast as they can from one principal; the quota tests
+            # start an API with the rate limit on (tests/e2e/test_quotas.py).
+            "MCP_TASKS_CREATES_PER_SECOND_PER_PRINCIPAL": "0",
             "PYTHONUNBUFFERED": "1",
         }
     )

@@ -114,17 +114,23 @@ class ApiStore:
                     raise
         raise AssertionError("unreachable")
 
-    async def create_task(self, task: NewTask) -> TaskRecord:
-        """Insert and commit a task row (autocommit): a tasks/get resolves once this returns."""
+    async def create_task(self, task: NewTask, max_active: int | None = None) -> TaskRecord | None:
+        """Insert and commit a task row (autocommit): a tasks/get resolves once this returns.
+        None when the owner already has ``max_active`` active tasks (the quota)."""
+        params = {**_rows.new_task_params(task), "max_active": max_active}
         try:
-            rows = await self._rows(queries.CREATE_TASK, _rows.new_task_params(task), _TASK)
+            rows = await self._rows(queries.CREATE_TASK, params, _TASK)
         except psycopg.errors.UniqueViolation:
             # The retry of an insert whose first attempt committed before the connection broke.
             existing = await self.get_task(task.task_id, task.owner)
             if existing is None:
                 raise
             return existing
-        return rows[0]
+        return rows[0] if rows else None
+
+    async def principal_limits(self) -> list[dict[str, Any]]:
+        """Every per-principal quota override (admins set few)."""
+        return await self._fetch(queries.PRINCIPAL_LIMITS, {})
 
     async def get_task(self, task_id: str, owner: str) -> TaskRecord | None:
         rows = await self._rows(queries.GET_TASK, {"task_id": task_id, "owner": owner}, _TASK)

@@ -33,13 +33,21 @@ TERMINAL_SQL: Final = sql_list(TERMINAL)
 TO_CANCELLED: Final = guard("cancelled")
 TO_FAILED: Final = guard("failed")
 
+# The row, unless the owner already has ``max_active`` tasks working or waiting for input (the
+# active-tasks quota; NULL: no limit). Concurrent creates may overshoot it by a few: it bounds
+# a noisy caller, it is not an invariant.
 CREATE_TASK: Final[LiteralString] = f"""
 INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, preflight, status, status_message,
     ttl_ms, retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
     client_capabilities, client_info, session_id)
-VALUES (%(task_id)s, %(job_id)s, %(owner)s, %(tool_name)s, %(arguments)s, %(preflight)s, 'working',
+SELECT %(task_id)s, %(job_id)s, %(owner)s, %(tool_name)s, %(arguments)s, %(preflight)s, 'working',
     %(status_message)s, %(ttl_ms)s, %(retention_ms)s, %(poll_interval_ms)s, %(queue)s,
-    %(max_attempts)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s, %(session_id)s)
+    %(max_attempts)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s, %(session_id)s
+WHERE %(max_active)s::int IS NULL OR (
+    SELECT count(*) FROM (
+        SELECT 1 FROM mcp_tasks WHERE owner = %(owner)s AND status IN {ACTIVE_SQL} LIMIT %(max_active)s
+    ) AS active
+) < %(max_active)s
 RETURNING {TASK_COLUMNS}, statement_timestamp() AS db_now
 """
 
@@ -381,6 +389,35 @@ ADMIN_RECENT_FAILURES: Final[LiteralString] = """
 SELECT job_id, tool, created_at, last_error FROM mcp_tasks_overview
 WHERE status = 'failed' OR (status = 'completed' AND last_error IS NOT NULL)
 ORDER BY created_at DESC LIMIT %(limit)s
+"""
+
+# ---- per-principal quota overrides ---------------------------------------------------------
+
+PRINCIPAL_LIMITS: Final[LiteralString] = """
+SELECT principal, max_active_tasks, creates_per_second, create_burst, max_concurrent_requests,
+       max_waiting_inputs, note, updated_at
+FROM mcp_principal_limits ORDER BY principal
+"""
+
+SET_PRINCIPAL_LIMITS: Final[LiteralString] = """
+INSERT INTO mcp_principal_limits (principal, max_active_tasks, creates_per_second, create_burst,
+    max_concurrent_requests, max_waiting_inputs, note, updated_at)
+VALUES (%(principal)s, %(max_active_tasks)s, %(creates_per_second)s, %(create_burst)s,
+    %(max_concurrent_requests)s, %(max_waiting_inputs)s, %(note)s, now())
+ON CONFLICT (principal) DO UPDATE SET
+    max_active_tasks = COALESCE(EXCLUDED.max_active_tasks, mcp_principal_limits.max_active_tasks),
+    creates_per_second = COALESCE(EXCLUDED.creates_per_second, mcp_principal_limits.creates_per_second),
+    create_burst = COALESCE(EXCLUDED.create_burst, mcp_principal_limits.create_burst),
+    max_concurrent_requests = COALESCE(EXCLUDED.max_concurrent_requests,
+                                       mcp_principal_limits.max_concurrent_requests),
+    max_waiting_inputs = COALESCE(EXCLUDED.max_waiting_inputs, mcp_principal_limits.max_waiting_inputs),
+    note = COALESCE(EXCLUDED.note, mcp_principal_limits.note),
+    updated_at = now()
+RETURNING principal
+"""
+
+CLEAR_PRINCIPAL_LIMITS: Final[LiteralString] = """
+DELETE FROM mcp_principal_limits WHERE principal = %(principal)s RETURNING principal
 """
 
 # ---- 2025-11-25 sessions and SEP-1686 task listing ------------------------------------------

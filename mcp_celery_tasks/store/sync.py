@@ -211,6 +211,20 @@ class WorkerStore:
         params.update(filters)
         return self._execute(queries.ADMIN_PURGE, {**params, "older_than_s": older_than_s})
 
+    def principal_limits(self) -> list[dict[str, Any]]:
+        return self._fetch(queries.PRINCIPAL_LIMITS, {})
+
+    def set_principal_limits(self, principal: str, **limits: Any) -> None:
+        """Override some of a principal's limits (None leaves one as it was)."""
+        names = ("max_active_tasks", "creates_per_second", "create_burst", "max_concurrent_requests",
+                 "max_waiting_inputs", "note")  # fmt: skip
+        self._fetch(
+            queries.SET_PRINCIPAL_LIMITS, {"principal": principal, **{n: limits.get(n) for n in names}}
+        )
+
+    def clear_principal_limits(self, principal: str) -> bool:
+        return bool(self._fetch(queries.CLEAR_PRINCIPAL_LIMITS, {"principal": principal}))
+
     # ---- publisher and maintenance ---------------------------------------------------------
 
     def mark_dispatched(self, job_ids: Sequence[str]) -> int:

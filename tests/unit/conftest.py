@@ -30,7 +30,7 @@ def publisher() -> RecordingPublisher:
 async def services(memory: MemoryApiStore, publisher: RecordingPublisher) -> AsyncIterator[Services]:
     settings = Settings(max_sync_wait_seconds=5.0)
     store = cast(ApiStore, memory)
-    events = TaskEvents(store, recheck_s=0.05, poll_s=0.05)
+    events = TaskEvents(store, poll_s=0.05)
     await events.start()
     tasks = TaskService(settings, store, events, publisher, "mcp.default")
     yield Services(settings, tasks, store, events, publisher, Sealer([]), "9.9.9")

@@ -1,0 +1,140 @@
+"""Per-principal quotas: one caller cannot starve the pool or the API.
+
+Limits come from Settings, overridden per principal by rows of ``mcp_principal_limits`` (set
+with ``mcp-celery-tasks tasks limits``; re-read every ``OVERRIDES_TTL_S``). A refusal is a
+``QuotaExceeded`` error naming the limit and, when waiting helps, when to retry:
+
+- active tasks (working or waiting for input): checked by the create statement itself;
+- creations per second: a token bucket per principal in this process;
+- requests in progress at once: counted in this process (waits for a result are not counted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from mcp_celery_tasks.errors import InfrastructureError, QuotaExceeded
+from mcp_celery_tasks.settings import Settings
+
+__all__ = ["Limits", "Quotas"]
+
+OVERRIDES_TTL_S = 10.0
+MAX_BUCKETS = 100_000
+"""Principals tracked at once; idle full buckets are dropped first (they hold no state)."""
+
+
+class OverrideSource(Protocol):
+    async def principal_limits(self) -> list[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """One principal's limits (0 means no limit)."""
+
+    max_active_tasks: int
+    creates_per_second: float
+    create_burst: int
+    max_concurrent_requests: int
+    max_waiting_inputs: int = 0
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    stamp: float
+
+
+class Quotas:
+    def __init__(self, settings: Settings, source: OverrideSource) -> None:
+        self.defaults = Limits(
+            max_active_tasks=settings.max_active_tasks_per_principal,
+            creates_per_second=settings.creates_per_second_per_principal,
+            create_burst=settings.create_burst_per_principal,
+            max_concurrent_requests=settings.max_concurrent_requests_per_principal,
+        )
+        self._source = source
+        self._overrides: dict[str, Limits] = {}
+        self._loaded_at = float("-inf")
+        self._buckets: dict[str, _Bucket] = {}
+        self._in_progress: dict[str, int] = {}
+
+    async def limits(self, principal: str) -> Limits:
+        """The principal's limits (overrides re-read at most every ``OVERRIDES_TTL_S``)."""
+        now = time.monotonic()
+        if now - self._loaded_at >= OVERRIDES_TTL_S:
+            self._loaded_at = now
+            try:
+                rows = await self._source.principal_limits()
+            except InfrastructureError:
+                rows = None  # keep the last ones; the database errors reach the caller anyway
+            if rows is not None:
+                self._overrides = {row["principal"]: self._merge(row) for row in rows}
+        return self._overrides.get(principal, self.defaults)
+
+    def _merge(self, row: dict[str, Any]) -> Limits:
+        fields = {name: row[name] for name in Limits.__slots__ if row.get(name) is not None}
+        return replace(self.defaults, **fields)
+
+    def take_create(self, principal: str, limits: Limits) -> None:
+        """Spend one creation token, or refuse saying when one will be there."""
+        rate = limits.creates_per_second
+        if rate <= 0:
+            return
+        burst = max(1.0, float(limits.create_burst))
+        now = time.monotonic()
+        bucket = self._buckets.get(principal)
+        if bucket is None:
+            if len(self._buckets) >= MAX_BUCKETS:
+                self._prune(now, rate, burst)
+            bucket = self._buckets[principal] = _Bucket(burst, now)
+        bucket.tokens = min(burst, bucket.tokens + (now - bucket.stamp) * rate)
+        bucket.stamp = now
+        if bucket.tokens < 1.0:
+            wait = (1.0 - bucket.tokens) / rate
+            raise QuotaExceeded(
+                f"Too many tasks created: at most {rate:g} per second (bursts of {burst:g}); "
+                f"retry in {wait:.2f} s",
+                limit="creates_per_second",
+                maximum=rate,
+                retry_after_s=wait,
+            )
+        bucket.tokens -= 1.0
+
+    def _prune(self, now: float, rate: float, burst: float) -> None:
+        full = [p for p, b in self._buckets.items() if b.tokens + (now - b.stamp) * rate >= burst]
+        for principal in full or list(self._buckets)[: len(self._buckets) // 2]:
+            del self._buckets[principal]
+
+    @contextlib.contextmanager
+    def request(self, principal: str, limits: Limits) -> Iterator[None]:
+        """Count a request in progress for its principal; refuse one over the limit."""
+        count = self._in_progress.get(principal, 0)
+        if 0 < limits.max_concurrent_requests <= count:
+            raise QuotaExceeded(
+                f"Too many requests in progress: at most {limits.max_concurrent_requests} at once",
+                limit="concurrent_requests",
+                maximum=limits.max_concurrent_requests,
+                retry_after_s=1.0,
+            )
+        self._in_progress[principal] = count + 1
+        try:
+            yield
+        finally:
+            left = self._in_progress.get(principal, 1) - 1
+            if left:
+                self._in_progress[principal] = left
+            else:
+                self._in_progress.pop(principal, None)
+
+    @staticmethod
+    def active_exceeded(limits: Limits) -> QuotaExceeded:
+        return QuotaExceeded(
+            f"Too many active tasks: at most {limits.max_active_tasks} working or waiting for input "
+            "at once; wait for some to finish (or cancel them)",
+            limit="active_tasks",
+            maximum=limits.max_active_tasks,
+        )
