@@ -17,14 +17,18 @@ if len(sys.argv) > 1 and sys.argv[1] == "worker" and "PROMETHEUS_MULTIPROC_DIR" 
 import ipaddress
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mcp_celery_tasks import migrate as migrations
 from mcp_celery_tasks.admin import admin_app
 from mcp_celery_tasks.logs import configure_logging
-from mcp_celery_tasks.settings import API_ONLY_SECRETS, Settings
+
+if TYPE_CHECKING:
+    from mcp_celery_tasks.settings import Settings
+
+# Each command imports what it needs when it runs: ``--help`` and ``call`` start in a fraction of
+# a second without alembic, SQLAlchemy, Celery, psycopg or pydantic-settings (a test pins this).
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="MCP Tasks on Celery and Postgres.")
 app.add_typer(admin_app, name="tasks")
@@ -41,6 +45,8 @@ ToolsOpt = Annotated[
 def _settings(
     database_url: str | None = None, broker_url: str | None = None, tools: str | None = None
 ) -> Settings:
+    from mcp_celery_tasks.settings import Settings
+
     overrides: dict[str, object] = {}
     if database_url:
         overrides["database_url"] = database_url
@@ -62,6 +68,8 @@ def _drop_api_secrets() -> None:
     environment a process started with (``os.environ.pop`` does not change it): so the worker
     starts again, with the API-only variables gone, before anything else happens.
     """
+    from mcp_celery_tasks.settings import API_ONLY_SECRETS
+
     names = {f"MCP_TASKS_{name.upper()}" for name in API_ONLY_SECRETS}
     found = sorted(k for k in os.environ if k in names or k.removesuffix("_FILE") in names)
     if not found:
@@ -195,6 +203,8 @@ def migrate(
     revision: Annotated[str, typer.Argument(help="Target revision")] = "head",
 ) -> None:
     """Apply database migrations (alembic upgrade)."""
+    from mcp_celery_tasks import migrate as migrations
+
     migrations.upgrade(_settings(database_url), revision)
 
 
