@@ -223,38 +223,56 @@ def dev(
     raise typer.Exit(run_dev(data_dir, port=port, tools=tools))
 
 
+DEFAULT_URL = "http://127.0.0.1:8000/mcp"
+UrlOpt = Annotated[str, typer.Option(metavar="URL", envvar="MCP_TASKS_URL", help="MCP endpoint")]
+TokenOpt = Annotated[str | None, typer.Option(metavar="TOKEN", envvar="MCP_TASKS_TOKEN", help="Bearer token")]
+TimeoutOpt = Annotated[
+    float, typer.Option(metavar="SECONDS", help="Longest wait for any one answer from the server")
+]
+
+
 @app.command()
 def call(
-    tool: Annotated[str | None, typer.Argument(help="Tool to call")] = None,
-    arg: Annotated[list[str] | None, typer.Option("--arg", help="key=value (JSON values allowed)")] = None,
-    url: Annotated[
-        str, typer.Option(envvar="MCP_TASKS_URL", help="MCP endpoint")
-    ] = "http://127.0.0.1:8000/mcp",
-    token: Annotated[str | None, typer.Option(envvar="MCP_TASKS_TOKEN", help="Bearer token")] = None,
-    resume: Annotated[str | None, typer.Option(help="Follow an existing task by id")] = None,
+    tool: Annotated[str | None, typer.Argument(metavar="TOOL", help="Tool to call")] = None,
+    arg: Annotated[
+        list[str] | None,
+        typer.Option("--arg", metavar="KEY=VALUE", help="A tool argument; JSON values allowed (repeat it)"),
+    ] = None,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    resume: Annotated[
+        str | None, typer.Option(metavar="TASK_ID", help="Follow an existing task instead")
+    ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="No live display; print the final task as JSON")
+        bool, typer.Option("--json", help="No live display or forms; print the final task as JSON")
     ] = False,
-    answers: Annotated[Path | None, typer.Option(help="JSON file of input answers by key")] = None,
+    answers: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE", help='Answers to input requests by key, e.g. {"*": {"action": "accept"}}'
+        ),
+    ] = None,
+    timeout: TimeoutOpt = 60.0,
 ) -> None:
-    """Call a tool as a task on any SEP-2663 server and follow it (Ctrl-C cancels it)."""
-    from mcp_celery_tasks.callcli import parse_args, run_call
+    """Call a tool as a task on any SEP-2663 server and follow it (Ctrl-C cancels it).
 
-    if tool is None and resume is None:
-        raise typer.BadParameter("name a tool, or --resume TASK_ID")
-    try:
-        arguments = parse_args(arg or [])
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+    Exit codes: 0 completed; 1 the task failed or was cancelled, or the tool reported an error;
+    2 refused (a usage mistake, or a JSON-RPC error from the server); 3 no MCP answer from the
+    server (refused, timed out); 130 interrupted with Ctrl-C.
+    """
+    from mcp_celery_tasks.callcli import run_call
+
     raise typer.Exit(
         run_call(
             url=url,
+            url_given=url != DEFAULT_URL,
             token=token,
             tool=tool,
-            arguments=arguments,
+            args=arg or [],
             resume=resume,
             as_json=as_json,
             answers_file=answers,
+            timeout=timeout,
         )
     )
 

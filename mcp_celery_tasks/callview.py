@@ -1,0 +1,95 @@
+"""What ``call`` prints: a tool result for a person, durations, a tool's arguments."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+
+from mcp_celery_tasks.client import TASKS
+
+__all__ = ["arguments_text", "duration", "show_result", "task_mode"]
+
+MODE = f"{TASKS}/mode"
+
+
+def task_mode(tool: dict[str, Any]) -> str | None:
+    """How a tool runs as a task, when the server says (our ``_meta`` or 2025-11 ``execution``)."""
+    mode = (tool.get("_meta") or {}).get(MODE) or (tool.get("execution") or {}).get("taskSupport")
+    return str(mode) if mode else None
+
+
+def arguments_text(schema: dict[str, Any]) -> str:
+    """A tool's argument names, optional ones in brackets: ``model_path, [epochs]``."""
+    required = set(schema.get("required") or [])
+    names = list(schema.get("properties") or {})
+    return ", ".join(name if name in required else f"[{name}]" for name in names)
+
+
+def duration(seconds: float) -> str:
+    """``12.3 s``, ``4 min 05 s``, ``2 h 07 min``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def _as_json(text: str) -> Any:
+    """The JSON object or array ``text`` holds, else None."""
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _encodes(text: Any, value: Any) -> bool:
+    try:
+        return isinstance(text, str) and json.loads(text) == value
+    except ValueError:
+        return False
+
+
+def _describe(block: dict[str, Any]) -> str:
+    kind = block.get("type")
+    if kind in ("image", "audio"):
+        size = len(str(block.get("data", ""))) * 3 // 4
+        return f"[{kind} {block.get('mimeType', '')}, {size} bytes]"
+    if kind == "resource_link":
+        return f"[link] {block.get('name', '')} {block.get('uri', '')}".rstrip()
+    if kind == "resource":
+        resource = block.get("resource") or {}
+        text = resource.get("text")
+        return f"[resource] {resource.get('uri', '')}" + (f"\n{text}" if text else "")
+    return json.dumps(block, indent=2, ensure_ascii=False)
+
+
+def show_result(out: Console, result: dict[str, Any]) -> None:
+    """A CallToolResult for a person: structured content indented (highlighted on a terminal)."""
+
+    def show_json(value: Any) -> None:
+        if out.is_terminal:
+            out.print_json(data=value, ensure_ascii=False)
+        else:
+            out.out(json.dumps(value, indent=2, ensure_ascii=False), highlight=False)
+
+    blocks = [b for b in result.get("content") or [] if isinstance(b, dict)]
+    if "structuredContent" in result:
+        structured = result["structuredContent"]
+        show_json(structured)
+        # The same value again as JSON text (the spec's fallback for older clients) is skipped.
+        blocks = [b for b in blocks if not _encodes(b.get("text"), structured)]
+    for block in blocks:
+        text = block.get("text")
+        if block.get("type") == "text" and isinstance(text, str):
+            value = _as_json(text)
+            if value is not None:
+                show_json(value)
+            else:
+                out.out(text, highlight=False)
+        else:
+            out.out(_describe(block), highlight=False)
