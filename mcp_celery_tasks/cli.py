@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from mcp_celery_tasks.admin import admin_app
+from mcp_celery_tasks.clihelp import PlainHelpCommand, PlainHelpGroup
 from mcp_celery_tasks.logs import configure_logging
 
 if TYPE_CHECKING:
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
 # Each command imports what it needs when it runs: ``--help`` and ``call`` start in a fraction of
 # a second without alembic, SQLAlchemy, Celery, psycopg or pydantic-settings (a test pins this).
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="MCP Tasks on Celery and Postgres.")
+app = typer.Typer(
+    cls=PlainHelpGroup, add_completion=False, no_args_is_help=True, help="MCP Tasks on Celery and Postgres."
+)
 app.add_typer(admin_app, name="tasks")
 
 DatabaseOpt = Annotated[
@@ -231,7 +234,7 @@ TimeoutOpt = Annotated[
 ]
 
 
-@app.command()
+@app.command(cls=PlainHelpCommand)
 def call(
     tool: Annotated[str | None, typer.Argument(metavar="TOOL", help="Tool to call")] = None,
     arg: Annotated[

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from rich.console import Console
 
 from mcp_celery_tasks.callcli import UsageError, check_call, parse_args
 from mcp_celery_tasks.callview import duration, show_result, task_mode
+from tests.support import ROOT
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -108,3 +111,21 @@ def test_structured_content_is_highlighted_on_a_terminal() -> None:
 )
 def test_durations_read_naturally(seconds: float, text: str) -> None:
     assert duration(seconds) == text
+
+
+@pytest.mark.parametrize("command", ["call"])
+def test_help_shows_what_to_type_not_python_types(command: str) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", command, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"},
+    )
+    assert shown.returncode == 0, shown.stderr
+    for tag in ("<str>", "<bool>", "<list", "<path>", "<float>", "<int>"):
+        assert tag not in shown.stdout
+    assert "--url" in shown.stdout and "URL" in shown.stdout
+    if command == "call":
+        assert "KEY=VALUE" in shown.stdout and "FILE" in shown.stdout and "Exit codes" in shown.stdout
