@@ -1,4 +1,4 @@
-"""``mcp-celery-tasks call``: call a tool as a task and follow it in the terminal.
+"""``mcp-celery-tasks call`` and ``tools``: call a tool as a task and follow it in the terminal.
 
 Spinner, elapsed time and the statusMessage while it runs; each input request asked once
 (a form built from the requested schema); Ctrl-C sends tasks/cancel; the result at the end,
@@ -36,7 +36,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from mcp_celery_tasks.callforms import Answerer, AnswersError, load_answers
-from mcp_celery_tasks.callview import arguments_text, duration, show_result
+from mcp_celery_tasks.callview import arguments_text, duration, print_tools, show_result
 from mcp_celery_tasks.client import (
     TERMINAL,
     ClientError,
@@ -46,7 +46,7 @@ from mcp_celery_tasks.client import (
     TaskStore,
 )
 
-__all__ = ["check_call", "parse_args", "run_call"]
+__all__ = ["check_call", "parse_args", "run_call", "run_tools"]
 
 EXIT_OK = 0
 EXIT_TASK_FAILED = 1
@@ -114,6 +114,23 @@ def _client_message(exc: ClientError) -> str:
     if isinstance(exc, RpcError):
         return f"the server refused the request: {exc}"
     return str(exc)
+
+
+def run_tools(*, url: str, token: str | None, as_json: bool, timeout: float) -> int:
+    """``mcp-celery-tasks tools``: name, task mode and a one-line description of every tool."""
+    err = Console(stderr=True, soft_wrap=True)
+    client = TasksClient(url, token=token, capabilities=CAPABILITIES, timeout_s=timeout)
+    try:
+        tools = client.list_tools()
+    except ClientError as exc:
+        _error(err, _client_message(exc))
+        return _exit_code(exc)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        client.close()
+    print_tools(tools, as_json=as_json)
+    return EXIT_OK
 
 
 class _Clock:

@@ -1,4 +1,4 @@
-"""What ``call`` prints: a tool result for a person, durations, a tool's arguments."""
+"""What ``call`` and ``tools`` print: a tool result for a person, durations, the tools table."""
 
 from __future__ import annotations
 
@@ -6,12 +6,15 @@ import json
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from mcp_celery_tasks.client import TASKS
 
-__all__ = ["arguments_text", "duration", "show_result", "task_mode"]
+__all__ = ["arguments_text", "duration", "print_tools", "show_result", "task_mode"]
 
 MODE = f"{TASKS}/mode"
+HEADERS = ("tool", "mode", "arguments", "description")
 
 
 def task_mode(tool: dict[str, Any]) -> str | None:
@@ -25,6 +28,59 @@ def arguments_text(schema: dict[str, Any]) -> str:
     required = set(schema.get("required") or [])
     names = list(schema.get("properties") or {})
     return ", ".join(name if name in required else f"[{name}]" for name in names)
+
+
+def print_tools(tools: list[dict[str, Any]], *, as_json: bool) -> None:
+    """The ``tools`` listing on stdout: a table (whole lines in a pipe), or JSON."""
+    if as_json:
+        listed = [
+            {
+                "name": t["name"],
+                "mode": task_mode(t),
+                "description": t.get("description"),
+                "inputSchema": t.get("inputSchema"),
+            }
+            for t in tools
+        ]
+        print(json.dumps(listed, indent=2, ensure_ascii=False))
+        return
+    out = Console()
+    if out.is_terminal:
+        out.print(_tools_table(tools, out.width))
+        return
+    wide = Console(width=10_000)  # a pipe gets whole lines, never cut to 80 columns
+    with wide.capture() as captured:
+        wide.print(_tools_table(tools, wide.width))
+    print("\n".join(line.rstrip() for line in captured.get().splitlines()))
+
+
+def _tools_table(tools: list[dict[str, Any]], width: int) -> Table:
+    """Names and modes in full, arguments wrapped, the description cut to what fits on the line."""
+    rows = [
+        (
+            str(t["name"]),
+            task_mode(t) or "",
+            arguments_text(t.get("inputSchema") or {}),
+            (str(t.get("description") or "").strip().splitlines() or [""])[0],
+        )
+        for t in sorted(tools, key=lambda t: str(t["name"]))
+    ]
+    name_w, mode_w, args_w = (max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(HEADERS[:3]))
+    args_w = min(24, args_w)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    tool_h, mode_h, args_h, description_h = HEADERS
+    table.add_column(tool_h, no_wrap=True, style="bold", min_width=name_w)
+    table.add_column(mode_h, no_wrap=True, min_width=mode_w)
+    table.add_column(args_h, min_width=args_w)
+    table.add_column(
+        description_h,
+        no_wrap=True,
+        overflow="ellipsis",
+        max_width=max(20, width - name_w - mode_w - args_w - 6),
+    )
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
 
 
 def duration(seconds: float) -> str:

@@ -236,7 +236,7 @@ TimeoutOpt = Annotated[
 
 @app.command(cls=PlainHelpCommand)
 def call(
-    tool: Annotated[str | None, typer.Argument(metavar="TOOL", help="Tool to call")] = None,
+    tool: Annotated[str | None, typer.Argument(metavar="TOOL", help="Tool to call (see: tools)")] = None,
     arg: Annotated[
         list[str] | None,
         typer.Option("--arg", metavar="KEY=VALUE", help="A tool argument; JSON values allowed (repeat it)"),
@@ -278,6 +278,19 @@ def call(
             timeout=timeout,
         )
     )
+
+
+@app.command(cls=PlainHelpCommand)
+def tools(
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the tools as JSON")] = False,
+    timeout: TimeoutOpt = 60.0,
+) -> None:
+    """List the tools a server offers: name, task mode, arguments and a one-line description."""
+    from mcp_celery_tasks.callcli import run_tools
+
+    raise typer.Exit(run_tools(url=url, token=token, as_json=as_json, timeout=timeout))
 
 
 def main() -> None:

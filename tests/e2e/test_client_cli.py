@@ -91,6 +91,9 @@ def test_call_with_the_server_down_says_so_in_one_line(tmp_path: Path) -> None:
     down = _run(tmp_path, "call", "noop", "--url", f"http://127.0.0.1:{free_port()}/mcp")
     assert down.returncode == 3
     assert "cannot reach http://127.0.0.1:" in _one_error_line(down)
+    listing = _run(tmp_path, "tools", "--url", f"http://127.0.0.1:{free_port()}/mcp")
+    assert listing.returncode == 3
+    _one_error_line(listing)
 
 
 def test_call_gives_up_on_a_server_that_never_answers(tmp_path: Path) -> None:
@@ -153,6 +156,21 @@ def test_call_json_says_which_questions_it_declined(stack: Stack, tmp_path: Path
     assert len(said) == 1
     assert said[0].startswith('declined input "') and "(Delete z.txt?)" in said[0]
     assert '--answers has no "' in said[0] and '(it has "confim")' in said[0]
+
+
+def test_tools_lists_name_mode_arguments_and_description(stack: Stack, tmp_path: Path) -> None:
+    listed = _run(tmp_path, "tools", "--url", stack.url)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()}
+    assert rows["tool"] == ["tool", "mode", "arguments", "description"]
+    assert rows["slow_compute"][:4] == ["slow_compute", "optional", "[seconds],", "[label]"]
+    assert rows["greet"][:3] == ["greet", "forbidden", "name"]
+    assert " ".join(rows["greet"][3:]) == "Say hello (always synchronous)."
+    assert rows["failing_job"][1] == "required"
+    as_json = json.loads(_run(tmp_path, "tools", "--url", stack.url, "--json").stdout)
+    greet = next(t for t in as_json if t["name"] == "greet")
+    assert greet["mode"] == "forbidden"
+    assert greet["inputSchema"]["required"] == ["name"]
 
 
 def test_call_prints_a_structured_result_indented_then_how_it_ended(stack: Stack, tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ def test_durations_read_naturally(seconds: float, text: str) -> None:
     assert duration(seconds) == text
 
 
-@pytest.mark.parametrize("command", ["call"])
+@pytest.mark.parametrize("command", ["call", "tools"])
 def test_help_shows_what_to_type_not_python_types(command: str) -> None:
     shown = subprocess.run(
         [sys.executable, "-m", "mcp_celery_tasks.cli", command, "--help"],

@@ -67,7 +67,9 @@ def test_importing_the_cli_loads_no_heavy_library() -> None:
     assert json.loads(ran.stdout) == []
 
 
-@pytest.mark.parametrize("argv", [("--help",), ("call", "--help"), ("tasks", "--help")], ids=" ".join)
+@pytest.mark.parametrize(
+    "argv", [("--help",), ("call", "--help"), ("tools", "--help"), ("tasks", "--help")], ids=" ".join
+)
 def test_help_loads_no_heavy_library(argv: tuple[str, ...]) -> None:
     assert _loaded(*argv) == []
 
@@ -76,3 +78,4 @@ def test_call_reaches_its_first_request_without_a_heavy_library() -> None:
     # Nothing listens on the port: the call runs its whole start-up, then fails to connect.
     url = f"http://127.0.0.1:{free_port()}/mcp"
     assert _loaded("call", "noop", "--url", url, "--json") == []
+    assert _loaded("tools", "--url", url) == []
