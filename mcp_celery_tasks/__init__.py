@@ -12,10 +12,16 @@ A tool module imports only what is listed here::
         return "done"
 """
 
-from mcp_celery_tasks.context import TaskContext, current_context, get_current_context
-from mcp_celery_tasks.errors import InputNotSupported, InputTimedOut, McpError, TaskCancelled, ToolError
-from mcp_celery_tasks.inputs import Elicit
-from mcp_celery_tasks.registry import Mode, tool
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp_celery_tasks.context import TaskContext, current_context, get_current_context
+    from mcp_celery_tasks.errors import InputNotSupported, InputTimedOut, McpError, TaskCancelled, ToolError
+    from mcp_celery_tasks.inputs import Elicit
+    from mcp_celery_tasks.registry import Mode, tool
 
 __all__ = [
     "Elicit",
@@ -30,3 +36,33 @@ __all__ = [
     "get_current_context",
     "tool",
 ]
+
+# Each public name's module, imported on first use: every ``mcp_celery_tasks.*`` import runs this
+# file first, and the terminal client (``mcp-celery-tasks call``, ``--help``) must start without
+# pydantic and mcp-types. ``from mcp_celery_tasks import tool`` works as if imported here.
+_HOMES = {
+    "TaskContext": "context",
+    "current_context": "context",
+    "get_current_context": "context",
+    "InputNotSupported": "errors",
+    "InputTimedOut": "errors",
+    "McpError": "errors",
+    "TaskCancelled": "errors",
+    "ToolError": "errors",
+    "Elicit": "inputs",
+    "Mode": "registry",
+    "tool": "registry",
+}
+
+if not TYPE_CHECKING:  # type checkers see the imports above; a typo stays a type error
+
+    def __getattr__(name: str) -> Any:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

@@ -6,17 +6,18 @@ import json
 import re
 import time
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from mcp_celery_tasks.celery_app import load_app
-from mcp_celery_tasks.channel import send_wake
-from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import WorkerStore
+if TYPE_CHECKING:
+    from mcp_celery_tasks.store import WorkerStore
+
+# Celery, psycopg and pydantic-settings are imported by the commands that use them: the CLI
+# registers this sub-app at start-up, and ``mcp-celery-tasks call`` or ``--help`` need none of them.
 
 __all__ = ["admin_app", "parse_age"]
 
@@ -40,6 +41,9 @@ def parse_age(text: str) -> float:
 
 
 def _store() -> WorkerStore:
+    from mcp_celery_tasks.settings import Settings
+    from mcp_celery_tasks.store import WorkerStore
+
     return WorkerStore(Settings(), application_name="mcp-celery-tasks-admin")
 
 
@@ -167,6 +171,10 @@ def cancel_task(
     reason: Annotated[str, typer.Option(help="Recorded as the status message")] = "cancelled by an operator",
 ) -> None:
     """Cancel a task the way tasks/cancel does (the job stops at its next checkpoint)."""
+    from mcp_celery_tasks.celery_app import load_app
+    from mcp_celery_tasks.channel import send_wake
+    from mcp_celery_tasks.settings import Settings
+
     cancelled = _store().admin_cancel(ref, reason)
     if not cancelled.cancelled_now or cancelled.task_id is None or cancelled.job_id is None:
         typer.echo(f"{ref!r} is unknown or already finished")

@@ -18,16 +18,23 @@ if len(sys.argv) > 1 and sys.argv[1] == "worker" and "PROMETHEUS_MULTIPROC_DIR" 
 import ipaddress
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mcp_celery_tasks import migrate as migrations
 from mcp_celery_tasks.admin import admin_app
+from mcp_celery_tasks.clihelp import PlainHelpCommand, PlainHelpGroup
 from mcp_celery_tasks.logs import configure_logging
-from mcp_celery_tasks.settings import API_ONLY_SECRETS, Settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="MCP Tasks on Celery and Postgres.")
+if TYPE_CHECKING:
+    from mcp_celery_tasks.settings import Settings
+
+# Each command imports what it needs when it runs: ``--help`` and ``call`` start in a fraction of
+# a second without alembic, SQLAlchemy, Celery, psycopg or pydantic-settings (a test pins this).
+
+app = typer.Typer(
+    cls=PlainHelpGroup, add_completion=False, no_args_is_help=True, help="MCP Tasks on Celery and Postgres."
+)
 app.add_typer(admin_app, name="tasks")
 
 DatabaseOpt = Annotated[
@@ -42,6 +49,8 @@ ToolsOpt = Annotated[
 def _settings(
     database_url: str | None = None, broker_url: str | None = None, tools: str | None = None
 ) -> Settings:
+    from mcp_celery_tasks.settings import Settings
+
     overrides: dict[str, object] = {}
     if database_url:
         overrides["database_url"] = database_url
@@ -63,6 +72,8 @@ def _drop_api_secrets() -> None:
     environment a process started with (``os.environ.pop`` does not change it): so the worker
     starts again, with the API-only variables gone, before anything else happens.
     """
+    from mcp_celery_tasks.settings import API_ONLY_SECRETS
+
     names = {f"MCP_TASKS_{name.upper()}" for name in API_ONLY_SECRETS}
     found = sorted(k for k in os.environ if k in names or k.removesuffix("_FILE") in names)
     if not found:
@@ -208,6 +219,8 @@ def migrate(
     revision: Annotated[str, typer.Argument(help="Target revision")] = "head",
 ) -> None:
     """Apply database migrations (alembic upgrade)."""
+    from mcp_celery_tasks import migrate as migrations
+
     migrations.upgrade(_settings(database_url), revision)
 
 
@@ -226,40 +239,71 @@ def dev(
     raise typer.Exit(run_dev(data_dir, port=port, tools=tools))
 
 
-@app.command()
-def call(
-    tool: Annotated[str | None, typer.Argument(help="Tool to call")] = None,
-    arg: Annotated[list[str] | None, typer.Option("--arg", help="key=value (JSON values allowed)")] = None,
-    url: Annotated[
-        str, typer.Option(envvar="MCP_TASKS_URL", help="MCP endpoint")
-    ] = "http://127.0.0.1:8000/mcp",
-    token: Annotated[str | None, typer.Option(envvar="MCP_TASKS_TOKEN", help="Bearer token")] = None,
-    resume: Annotated[str | None, typer.Option(help="Follow an existing task by id")] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="No live display; print the final task as JSON")
-    ] = False,
-    answers: Annotated[Path | None, typer.Option(help="JSON file of input answers by key")] = None,
-) -> None:
-    """Call a tool as a task on any SEP-2663 server and follow it (Ctrl-C cancels it)."""
-    from mcp_celery_tasks.callcli import parse_args, run_call
+DEFAULT_URL = "http://127.0.0.1:8000/mcp"
+UrlOpt = Annotated[str, typer.Option(metavar="URL", envvar="MCP_TASKS_URL", help="MCP endpoint")]
+TokenOpt = Annotated[str | None, typer.Option(metavar="TOKEN", envvar="MCP_TASKS_TOKEN", help="Bearer token")]
+TimeoutOpt = Annotated[
+    float, typer.Option(metavar="SECONDS", help="Longest wait for any one answer from the server")
+]
 
-    if tool is None and resume is None:
-        raise typer.BadParameter("name a tool, or --resume TASK_ID")
-    try:
-        arguments = parse_args(arg or [])
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+
+@app.command(cls=PlainHelpCommand)
+def call(
+    tool: Annotated[str | None, typer.Argument(metavar="TOOL", help="Tool to call (see: tools)")] = None,
+    arg: Annotated[
+        list[str] | None,
+        typer.Option("--arg", metavar="KEY=VALUE", help="A tool argument; JSON values allowed (repeat it)"),
+    ] = None,
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    resume: Annotated[
+        str | None, typer.Option(metavar="TASK_ID", help="Follow an existing task instead")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="No live display or forms; print the final task as JSON")
+    ] = False,
+    answers: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE", help='Answers to input requests by key, e.g. {"*": {"action": "accept"}}'
+        ),
+    ] = None,
+    timeout: TimeoutOpt = 60.0,
+) -> None:
+    """Call a tool as a task on any SEP-2663 server and follow it (Ctrl-C cancels it).
+
+    Exit codes: 0 completed; 1 the task failed or was cancelled, or the tool reported an error;
+    2 refused (a usage mistake, or a JSON-RPC error from the server); 3 no MCP answer from the
+    server (refused, timed out); 130 interrupted with Ctrl-C.
+    """
+    from mcp_celery_tasks.callcli import run_call
+
     raise typer.Exit(
         run_call(
             url=url,
+            url_given=url != DEFAULT_URL,
             token=token,
             tool=tool,
-            arguments=arguments,
+            args=arg or [],
             resume=resume,
             as_json=as_json,
             answers_file=answers,
+            timeout=timeout,
         )
     )
+
+
+@app.command(cls=PlainHelpCommand)
+def tools(
+    url: UrlOpt = DEFAULT_URL,
+    token: TokenOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the tools as JSON")] = False,
+    timeout: TimeoutOpt = 60.0,
+) -> None:
+    """List the tools a server offers: name, task mode, arguments and a one-line description."""
+    from mcp_celery_tasks.callcli import run_tools
+
+    raise typer.Exit(run_tools(url=url, token=token, as_json=as_json, timeout=timeout))
 
 
 def main() -> None:

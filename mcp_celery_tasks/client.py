@@ -2,6 +2,14 @@
 
 Plain HTTP (stateless 2026-07-28 envelope on every request), no server internals: the same
 code drives our server and any other implementation of the extension.
+
+Errors, all ``ClientError``::
+
+    ClientError
+    ├── InvalidUrl         the URL is not an http(s) URL
+    ├── Unauthorized       HTTP 401: a token is missing or wrong
+    ├── ServerUnavailable  no MCP answer: refused, timed out, or not an MCP endpoint
+    └── RpcError           the server answered with a JSON-RPC error (code, message, data)
 """
 
 from __future__ import annotations
@@ -17,14 +25,40 @@ from typing import Any
 
 import httpx
 
-__all__ = ["ClientError", "TaskStore", "TasksClient", "parse_reply"]
+__all__ = [
+    "ClientError",
+    "InvalidUrl",
+    "RpcError",
+    "ServerUnavailable",
+    "TaskStore",
+    "TasksClient",
+    "Unauthorized",
+    "parse_reply",
+]
 
 VERSION = "2026-07-28"
 TASKS = "io.modelcontextprotocol/tasks"
 TERMINAL = ("completed", "failed", "cancelled")
+MAX_TOOL_PAGES = 100
 
 
 class ClientError(Exception):
+    """Anything that keeps the client from getting an answer to a request."""
+
+
+class InvalidUrl(ClientError):
+    """The endpoint URL cannot be used (no http:// or https://, malformed)."""
+
+
+class Unauthorized(ClientError):
+    """The server wants a (different) bearer token."""
+
+
+class ServerUnavailable(ClientError):
+    """No MCP answer: the connection failed or timed out, or the URL is not an MCP endpoint."""
+
+
+class RpcError(ClientError):
     """A JSON-RPC error answered by the server."""
 
     def __init__(self, code: int, message: str, data: Any = None) -> None:
@@ -35,17 +69,18 @@ class ClientError(Exception):
 
 
 def parse_reply(response: httpx.Response) -> dict[str, Any]:
-    """The JSON-RPC message of a JSON or SSE response."""
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        message: dict[str, Any] = {}
-        for line in response.text.splitlines():
-            if line.startswith("data:"):
-                message = json.loads(line[5:])
-        return message
-    if not response.content:
+    """The JSON-RPC message of a JSON or SSE response (``{}`` when there is none)."""
+    try:
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            message: Any = {}
+            for line in response.text.splitlines():
+                if line.startswith("data:"):
+                    message = json.loads(line[5:])
+        else:
+            message = response.json() if response.content else {}
+    except ValueError:
         return {}
-    parsed: dict[str, Any] = response.json()
-    return parsed
+    return message if isinstance(message, dict) else {}
 
 
 def _header_value(value: str) -> str:
@@ -59,10 +94,11 @@ class TasksClient:
     url: str
     token: str | None = None
     capabilities: dict[str, Any] | None = None
-    timeout_s: float = 600.0
+    timeout_s: float = 60.0
+    """Longest wait for any one answer (an SSE keep-alive counts as part of an answer)."""
 
     def __post_init__(self) -> None:
-        self._http = httpx.Client(timeout=self.timeout_s)
+        self._http = httpx.Client(timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)))
         self._ids = 0
         caps = dict(self.capabilities or {})
         caps.setdefault("extensions", {})[TASKS] = {}
@@ -92,17 +128,48 @@ class TasksClient:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         body = {"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}
-        response = self._http.post(self.url, json=body, headers=headers)
+        response = self._post(body, headers)
         if response.status_code == 401:
-            raise ClientError(401, "unauthorized: pass --token")
+            raise Unauthorized(f"{self.url} refused the request: unauthorized (pass --token)")
         message = parse_reply(response)
-        if "error" in message:
-            error = message["error"]
-            raise ClientError(int(error.get("code", 0)), str(error.get("message", "")), error.get("data"))
-        if "result" not in message:
-            raise ClientError(response.status_code, f"unexpected HTTP {response.status_code} answer")
-        result: dict[str, Any] = message["result"]
+        error = message.get("error")
+        if isinstance(error, dict):
+            code = error.get("code")
+            raise RpcError(
+                code if isinstance(code, int) else 0, str(error.get("message", "")), error.get("data")
+            )
+        result = message.get("result")
+        if not isinstance(result, dict):
+            raise ServerUnavailable(
+                f"{self.url} did not answer as an MCP server (HTTP {response.status_code}); is the URL right?"
+            )
         return result
+
+    def _post(self, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+        try:
+            return self._http.post(self.url, json=body, headers=headers)
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+            raise InvalidUrl(f"--url {self.url!r}: {exc}") from exc
+        except httpx.ConnectError as exc:
+            raise ServerUnavailable(f"cannot reach {self.url}: {_reason(exc)}") from exc
+        except httpx.TimeoutException as exc:
+            raise ServerUnavailable(
+                f"no answer from {self.url} within {self.timeout_s:g} s (--timeout)"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise ServerUnavailable(f"lost the connection to {self.url}: {_reason(exc)}") from exc
+
+    def list_tools(self) -> list[dict[str, Any]]:
+        """Every tool the server lists (``tools/list``, all pages)."""
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(MAX_TOOL_PAGES):
+            page = self.request("tools/list", {"cursor": cursor} if cursor else {})
+            tools += [t for t in page.get("tools") or [] if isinstance(t, dict) and "name" in t]
+            cursor = page.get("nextCursor")
+            if not cursor:
+                break
+        return tools
 
     def call_tool(
         self,
@@ -159,6 +226,10 @@ class TasksClient:
             task = self.get(task_id)
 
 
+def _reason(exc: httpx.HTTPError) -> str:
+    return str(exc) or type(exc).__name__
+
+
 class TaskStore:
     """Task ids this client started, kept on disk so ``call --resume`` works after a restart."""
 
@@ -174,11 +245,14 @@ class TaskStore:
             return {}
 
     def _save(self, data: dict[str, dict[str, Any]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2))
-        tmp.chmod(0o600)  # task ids are bearer-like handles
-        tmp.replace(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(data, indent=2))
+            tmp.chmod(0o600)  # task ids are bearer-like handles
+            tmp.replace(self.path)
+        except OSError:
+            pass  # a read-only home only costs the --url shortcut of --resume
 
     def add(self, task_id: str, url: str, tool: str) -> None:
         data = self.load()

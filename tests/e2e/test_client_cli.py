@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, Client, Stack, wait_until
+from tests.support import ROOT, Client, Stack, free_port, wait_until
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -22,15 +25,28 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _call(stack: Stack, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mcp_celery_tasks.cli", "call", "--url", stack.url, *args],
+        [sys.executable, "-m", "mcp_celery_tasks.cli", *args],
         cwd=ROOT,
         env=_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def _call(stack: Stack, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return _run(tmp_path, "call", "--url", stack.url, *args)
+
+
+def _one_error_line(ran: subprocess.CompletedProcess[str]) -> str:
+    """The single friendly line an expected failure prints (never a traceback)."""
+    assert "Traceback" not in ran.stderr and "Error" not in ran.stderr.replace("error:", "")
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1, ran.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
 
 
 def test_call_json_follows_the_task_to_its_result_and_forgets_the_id(stack: Stack, tmp_path: Path) -> None:
@@ -60,10 +76,134 @@ def test_call_resume_picks_up_a_task_started_elsewhere(stack: Stack, tmp_path: P
     assert json.loads(resumed.stdout)["status"] == "completed"
 
 
-def test_call_reports_a_json_rpc_error_clearly(stack: Stack, tmp_path: Path) -> None:
-    failed = _call(stack, tmp_path, "no_such_tool", "--json")
-    assert failed.returncode == 2
-    assert "Unknown tool: no_such_tool" in failed.stderr
+def test_call_reports_a_json_rpc_error_in_one_line(stack: Stack, tmp_path: Path) -> None:
+    # Arguments of the wrong type are a tool error the model can correct (no task, exit 1).
+    wrong = _call(stack, tmp_path, "slow_compute", "--arg", "seconds=soon", "--json")
+    assert wrong.returncode == 1
+    assert json.loads(wrong.stdout)["result"]["isError"] is True and "seconds" in wrong.stdout
+    unknown = _call(stack, tmp_path, "--resume", "no-such-task", "--json")
+    assert unknown.returncode == 2
+    assert "(-32602)" in _one_error_line(unknown)
+
+
+def test_call_with_the_server_down_says_so_in_one_line(tmp_path: Path) -> None:
+    down = _run(tmp_path, "call", "noop", "--url", f"http://127.0.0.1:{free_port()}/mcp")
+    assert down.returncode == 3
+    assert "cannot reach http://127.0.0.1:" in _one_error_line(down)
+    listing = _run(tmp_path, "tools", "--url", f"http://127.0.0.1:{free_port()}/mcp")
+    assert listing.returncode == 3
+    _one_error_line(listing)
+
+
+def test_call_gives_up_on_a_server_that_never_answers(tmp_path: Path) -> None:
+    with socket.socket() as silent:  # accepts connections (the kernel does) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/mcp"
+        hung = _run(tmp_path, "call", "noop", "--url", url, "--timeout", "0.5")
+    assert hung.returncode == 3
+    assert f"no answer from {url} within 0.5 s" in _one_error_line(hung)
+
+
+def test_call_refuses_an_answers_file_it_cannot_use_before_calling(tmp_path: Path) -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}/mcp"  # checked before any request: no server needed
+    not_json = tmp_path / "answers.json"
+    not_json.write_text("{'confirm': yes}")
+    wrong_shape = tmp_path / "shape.json"
+    wrong_shape.write_text('{"confirm": true}')
+    for path, problem in [
+        (tmp_path / "missing.json", "cannot read --answers"),
+        (tmp_path, "cannot read --answers"),  # a directory
+        (not_json, "is not JSON"),
+        (wrong_shape, '"confirm": expected an answer object such as {"action": "accept"'),
+    ]:
+        refused = _run(tmp_path, "call", "noop", "--url", nowhere, "--json", "--answers", str(path))
+        assert refused.returncode == 2, refused.stderr
+        assert problem in _one_error_line(refused)
+
+
+def test_call_refuses_a_mistyped_argument_before_calling(stack: Stack, tmp_path: Path) -> None:
+    refused = _call(stack, tmp_path, "slow_compute", "--arg", "secs=1")
+    assert refused.returncode == 2
+    line = _one_error_line(refused)
+    assert line == (
+        "error: slow_compute has no argument secs (did you mean seconds?); its arguments: [seconds], [label]"
+    )
+    assert not (tmp_path / "state" / "mcp-celery-tasks" / "tasks.json").exists()  # no task started
+    missing = _call(stack, tmp_path, "count_words")
+    assert missing.returncode == 2
+    assert "count_words needs --arg urls=…" in _one_error_line(missing)
+
+
+def test_call_suggests_a_tool_for_an_unknown_name(stack: Stack, tmp_path: Path) -> None:
+    refused = _call(stack, tmp_path, "slow_compte")
+    assert refused.returncode == 2
+    line = _one_error_line(refused)
+    assert "unknown tool 'slow_compte': did you mean slow_compute?" in line
+    assert "greet" in line and "train_model" in line
+
+
+def test_call_json_says_which_questions_it_declined(stack: Stack, tmp_path: Path) -> None:
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps({"confim": {"action": "accept", "content": {"confirm": True}}}))
+    declined = _call(
+        stack, tmp_path, "confirm_delete", "--arg", "filename=z.txt", "--json", "--answers", str(answers)
+    )
+    assert declined.returncode == 0
+    assert json.loads(declined.stdout)["result"]["content"][0]["text"] == "Kept z.txt (decline)"
+    said = declined.stderr.strip().splitlines()
+    assert len(said) == 1
+    assert said[0].startswith('declined input "') and "(Delete z.txt?)" in said[0]
+    assert '--answers has no "' in said[0] and '(it has "confim")' in said[0]
+
+
+def test_tools_lists_name_mode_arguments_and_description(stack: Stack, tmp_path: Path) -> None:
+    listed = _run(tmp_path, "tools", "--url", stack.url)
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()}
+    assert rows["tool"] == ["tool", "mode", "arguments", "description"]
+    assert rows["slow_compute"][:4] == ["slow_compute", "optional", "[seconds],", "[label]"]
+    assert rows["greet"][:3] == ["greet", "forbidden", "name"]
+    assert " ".join(rows["greet"][3:]) == "Say hello (always synchronous)."
+    assert rows["failing_job"][1] == "required"
+    as_json = json.loads(_run(tmp_path, "tools", "--url", stack.url, "--json").stdout)
+    greet = next(t for t in as_json if t["name"] == "greet")
+    assert greet["mode"] == "forbidden"
+    assert greet["inputSchema"]["required"] == ["name"]
+
+
+def test_call_prints_a_structured_result_indented_then_how_it_ended(stack: Stack, tmp_path: Path) -> None:
+    document = tmp_path / "doc.txt"
+    document.write_text("one two three")
+    url = f"file://{document}"
+    done = _call(stack, tmp_path, "count_words", "--arg", f'urls=["{url}"]')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == json.dumps({url: 3}, indent=2) + "\n"
+    assert re.fullmatch(r"completed in \d+\.\d s", done.stderr.strip().splitlines()[-1])
+
+
+def test_call_ends_with_a_status_line_and_its_exit_code(stack: Stack, tmp_path: Path) -> None:
+    failed = _call(stack, tmp_path, "protocol_error_job")
+    assert failed.returncode == 1
+    assert re.fullmatch(
+        r"failed after \d+\.\d s: protocol_error_job: internal failure on purpose \(-32603\)",
+        failed.stderr.strip().splitlines()[-1],
+    )
+    assert failed.stdout == ""
+    tool_error = _call(stack, tmp_path, "failing_job")
+    assert tool_error.returncode == 1
+    assert tool_error.stdout == "failing_job failed on purpose\n"
+    assert re.fullmatch(r"tool error after \d+\.\d s", tool_error.stderr.strip().splitlines()[-1])
+
+
+def test_call_resume_counts_time_from_the_task_creation(stack: Stack, tmp_path: Path) -> None:
+    client = Client(stack.url)
+    task_id = client.start("slow_compute", {"seconds": 1})
+    client.wait_status(task_id)
+    resumed = _call(stack, tmp_path, "--resume", task_id)  # done already: this process waits for nothing
+    assert resumed.returncode == 0, resumed.stderr
+    last = resumed.stderr.strip().splitlines()[-1]
+    assert 1.0 <= float(last.removeprefix("completed in ").removesuffix(" s")) < 10, last
 
 
 @pytest.fixture
@@ -103,19 +243,37 @@ def _start(session: str, stack: Stack, tmp_path: Path, *args: str) -> None:
     )
 
 
-def test_terminal_shows_progress_asks_the_form_once_and_prints_the_result(
+def _keys(session: str, *keys: str) -> None:
+    subprocess.run(["tmux", "send-keys", "-t", session, *keys], check=True)
+
+
+def test_terminal_form_never_defaults_to_accept_or_yes_and_asks_once(
     stack: Stack, tmp_path: Path, tmux: str
 ) -> None:
+    began = time.monotonic()
     _start(tmux, stack, tmp_path, "confirm_delete", "--arg", "filename=t.txt")
     wait_until(lambda: "accept, decline or cancel" in _screen(tmux), 30, 0.1, what="the form prompt")
+    asked = time.monotonic()
     assert "Delete t.txt?" in _screen(tmux)
-    subprocess.run(["tmux", "send-keys", "-t", tmux, "Enter"], check=True)
+    _keys(tmux, "Enter")  # Enter alone accepts nothing
+    wait_until(
+        lambda: "Type a (accept), d (decline) or c (cancel)" in _screen(tmux), 10, 0.1, what="a re-ask"
+    )
+    _keys(tmux, "a", "Enter")
     wait_until(lambda: "confirm [y/n]" in _screen(tmux), 10, 0.1, what="the field prompt")
-    subprocess.run(["tmux", "send-keys", "-t", tmux, "y", "Enter"], check=True)
+    _keys(tmux, "Enter")  # nor does it say yes to a question without a default
+    wait_until(lambda: "Type y or n" in _screen(tmux), 10, 0.1, what="the field asked again")
+    time.sleep(2)  # the user thinks: time the closing line must not count
+    _keys(tmux, "y", "Enter")
+    answered = time.monotonic()
     wait_until(lambda: "EXIT=0" in _screen(tmux), 30, 0.1, what="the call to finish")
+    total = time.monotonic() - began
     screen = _screen(tmux)
     assert "Deleted t.txt" in screen
     assert screen.count("Delete t.txt?") == 1
+    reported = re.search(r"completed in (\d+\.\d) s", screen)
+    assert reported is not None, screen
+    assert float(reported.group(1)) <= total - (answered - asked) + 0.5
 
 
 def test_terminal_ctrl_c_cancels_the_task(stack: Stack, tmp_path: Path, tmux: str) -> None:
@@ -137,8 +295,6 @@ def test_call_drives_another_sep_2663_server_fastmcp_tasks(tmp_path: Path) -> No
     fixture = ROOT.parent / "shared" / "bench" / "fixtures" / "fastmcp_tasks_fixture.py"
     if not python or not fixture.exists():
         pytest.skip("set MCP_TASKS_TEST_FASTMCP_PYTHON to a venv with fastmcp[tasks]==4.1.4")
-    from tests.support import free_port
-
     port = free_port()
     server = subprocess.Popen(
         [python, str(fixture), str(port)],

@@ -1,0 +1,151 @@
+"""What ``call`` and ``tools`` print: a tool result for a person, durations, the tools table."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["arguments_text", "duration", "print_tools", "show_result", "task_mode"]
+
+MODE = "io.github.mcp-celery-tasks/taskSupport"
+"""Where our server puts a tool's task mode (``wire.TOOL_MODE_META_KEY``; spelled out here so the
+client starts without the server's modules)."""
+HEADERS = ("tool", "mode", "arguments", "description")
+
+
+def task_mode(tool: dict[str, Any]) -> str | None:
+    """How a tool runs as a task, when the server says (our ``_meta`` or 2025-11 ``execution``)."""
+    mode = (tool.get("_meta") or {}).get(MODE) or (tool.get("execution") or {}).get("taskSupport")
+    return str(mode) if mode else None
+
+
+def arguments_text(schema: dict[str, Any]) -> str:
+    """A tool's argument names, optional ones in brackets: ``model_path, [epochs]``."""
+    required = set(schema.get("required") or [])
+    names = list(schema.get("properties") or {})
+    return ", ".join(name if name in required else f"[{name}]" for name in names)
+
+
+def print_tools(tools: list[dict[str, Any]], *, as_json: bool) -> None:
+    """The ``tools`` listing on stdout: a table (whole lines in a pipe), or JSON."""
+    if as_json:
+        listed = [
+            {
+                "name": t["name"],
+                "mode": task_mode(t),
+                "description": t.get("description"),
+                "inputSchema": t.get("inputSchema"),
+            }
+            for t in tools
+        ]
+        print(json.dumps(listed, indent=2, ensure_ascii=False))
+        return
+    out = Console()
+    if out.is_terminal:
+        out.print(_tools_table(tools, out.width))
+        return
+    wide = Console(width=10_000)  # a pipe gets whole lines, never cut to 80 columns
+    with wide.capture() as captured:
+        wide.print(_tools_table(tools, wide.width))
+    print("\n".join(line.rstrip() for line in captured.get().splitlines()))
+
+
+def _tools_table(tools: list[dict[str, Any]], width: int) -> Table:
+    """Names and modes in full, arguments wrapped, the description cut to what fits on the line."""
+    rows = [
+        (
+            str(t["name"]),
+            task_mode(t) or "",
+            arguments_text(t.get("inputSchema") or {}),
+            (str(t.get("description") or "").strip().splitlines() or [""])[0],
+        )
+        for t in sorted(tools, key=lambda t: str(t["name"]))
+    ]
+    name_w, mode_w, args_w = (max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(HEADERS[:3]))
+    args_w = min(24, args_w)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    tool_h, mode_h, args_h, description_h = HEADERS
+    table.add_column(tool_h, no_wrap=True, style="bold", min_width=name_w)
+    table.add_column(mode_h, no_wrap=True, min_width=mode_w)
+    table.add_column(args_h, min_width=args_w)
+    table.add_column(
+        description_h,
+        no_wrap=True,
+        overflow="ellipsis",
+        max_width=max(20, width - name_w - mode_w - args_w - 6),
+    )
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
+
+
+def duration(seconds: float) -> str:
+    """``12.3 s``, ``4 min 05 s``, ``2 h 07 min``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def _as_json(text: str) -> Any:
+    """The JSON object or array ``text`` holds, else None."""
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _encodes(text: Any, value: Any) -> bool:
+    try:
+        return isinstance(text, str) and json.loads(text) == value
+    except ValueError:
+        return False
+
+
+def _describe(block: dict[str, Any]) -> str:
+    kind = block.get("type")
+    if kind in ("image", "audio"):
+        size = len(str(block.get("data", ""))) * 3 // 4
+        return f"[{kind} {block.get('mimeType', '')}, {size} bytes]"
+    if kind == "resource_link":
+        return f"[link] {block.get('name', '')} {block.get('uri', '')}".rstrip()
+    if kind == "resource":
+        resource = block.get("resource") or {}
+        text = resource.get("text")
+        return f"[resource] {resource.get('uri', '')}" + (f"\n{text}" if text else "")
+    return json.dumps(block, indent=2, ensure_ascii=False)
+
+
+def show_result(out: Console, result: dict[str, Any]) -> None:
+    """A CallToolResult for a person: structured content indented (highlighted on a terminal)."""
+
+    def show_json(value: Any) -> None:
+        if out.is_terminal:
+            out.print_json(data=value, ensure_ascii=False)
+        else:
+            out.out(json.dumps(value, indent=2, ensure_ascii=False), highlight=False)
+
+    blocks = [b for b in result.get("content") or [] if isinstance(b, dict)]
+    if "structuredContent" in result:
+        structured = result["structuredContent"]
+        show_json(structured)
+        # The same value again as JSON text (the spec's fallback for older clients) is skipped.
+        blocks = [b for b in blocks if not _encodes(b.get("text"), structured)]
+    for block in blocks:
+        text = block.get("text")
+        if block.get("type") == "text" and isinstance(text, str):
+            value = _as_json(text)
+            if value is not None:
+                show_json(value)
+            else:
+                out.out(text, highlight=False)
+        else:
+            out.out(_describe(block), highlight=False)
