@@ -14,11 +14,13 @@ A tool module imports only what is listed here::
 
 from mcp_celery_tasks.context import TaskContext, current_context
 from mcp_celery_tasks.errors import InputNotSupported, InputTimedOut, McpError, TaskCancelled, ToolError
+from mcp_celery_tasks.files import FileRoot
 from mcp_celery_tasks.inputs import Elicit
 from mcp_celery_tasks.registry import Mode, tool
 
 __all__ = [
     "Elicit",
+    "FileRoot",
     "InputNotSupported",
     "InputTimedOut",
     "McpError",

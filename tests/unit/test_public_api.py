@@ -22,6 +22,7 @@ SERVER_ONLY = ("server", "dispatch", "handlers", "events")
 def test_public_api_is_pinned() -> None:
     assert sorted(mcp_celery_tasks.__all__) == [
         "Elicit",
+        "FileRoot",
         "InputNotSupported",
         "InputTimedOut",
         "McpError",
