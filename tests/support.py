@@ -6,6 +6,7 @@ import base64
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -262,8 +263,16 @@ def spawn(name: str, args: list[str], env: dict[str, str]) -> Proc:
     return Proc(name, popen, log)
 
 
+def examples_dirs(suffix: str) -> tuple[Path, Path]:
+    """Where a stack's example tools may read and write: ``(files root, models dir)``, under
+    ``.cache/`` and unique per stack suffix (parallel runs never share them)."""
+    base = LOG_DIR.parent / f"examples-{suffix}"
+    return base / "files", base / "models"
+
+
 def stack_env(database_url: str, broker_url: str, suffix: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_TASKS_", "MCP_EXAMPLES_"))}
+    files, models = examples_dirs(suffix)
     env.update(
         {
             "MCP_TASKS_DATABASE_URL": database_url,
@@ -276,6 +285,8 @@ def stack_env(database_url: str, broker_url: str, suffix: str, **extra: str) -> 
             "MCP_TASKS_WORKER_METRICS_PORT": str(free_port()),
             # Every API replica of a stack seals with the same key; workers drop it at start.
             "MCP_TASKS_SECRET_KEYS": f'["{TEST_SECRET_KEY}"]',
+            "MCP_EXAMPLES_FILES_ROOT": str(files),
+            "MCP_EXAMPLES_MODELS_DIR": str(models),
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -350,6 +361,9 @@ def running_stack(
     name: str, database_url: str, broker_url: str, suffix: str, **extra: str
 ) -> Iterator[Stack]:
     env = stack_env(database_url, broker_url, suffix, **extra)
+    examples = examples_dirs(suffix)
+    for directory in examples:
+        directory.mkdir(parents=True, exist_ok=True)
     worker = start_worker(f"{name}-worker", env)
     api: Proc | None = None
     try:
@@ -369,3 +383,4 @@ def running_stack(
         if api is not None:
             api.stop()
         worker.stop(signal.SIGQUIT, timeout=20)
+        shutil.rmtree(examples[0].parent, ignore_errors=True)
