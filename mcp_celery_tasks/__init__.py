@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mcp_celery_tasks.context import TaskContext, current_context, get_current_context
     from mcp_celery_tasks.errors import InputNotSupported, InputTimedOut, McpError, TaskCancelled, ToolError
+    from mcp_celery_tasks.files import FileRoot
     from mcp_celery_tasks.inputs import Elicit
     from mcp_celery_tasks.registry import Mode, tool
 
 __all__ = [
     "Elicit",
+    "FileRoot",
     "InputNotSupported",
     "InputTimedOut",
     "McpError",
@@ -50,6 +52,7 @@ _HOMES = {
     "TaskCancelled": "errors",
     "ToolError": "errors",
     "Elicit": "inputs",
+    "FileRoot": "files",
     "Mode": "registry",
     "tool": "registry",
 }

@@ -13,6 +13,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from mcp_celery_tasks.admin_limits import limits_app
+
 if TYPE_CHECKING:
     from mcp_celery_tasks.store import WorkerStore
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["admin_app", "parse_age"]
 
 admin_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Inspect and manage tasks.")
+admin_app.add_typer(limits_app, name="limits")
 console = Console()
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

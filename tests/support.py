@@ -6,6 +6,7 @@ import base64
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -263,8 +264,16 @@ def spawn(name: str, args: list[str], env: dict[str, str]) -> Proc:
     return Proc(name, popen, log)
 
 
+def examples_dirs(suffix: str) -> tuple[Path, Path]:
+    """Where a stack's example tools may read and write: ``(files root, models dir)``, under
+    ``.cache/`` and unique per stack suffix (parallel runs never share them)."""
+    base = LOG_DIR.parent / f"examples-{suffix}"
+    return base / "files", base / "models"
+
+
 def stack_env(database_url: str, broker_url: str, suffix: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_TASKS_", "MCP_EXAMPLES_"))}
+    files, models = examples_dirs(suffix)
     env.update(
         {
             "MCP_TASKS_DATABASE_URL": database_url,
@@ -280,6 +289,8 @@ def stack_env(database_url: str, broker_url: str, suffix: str, **extra: str) -> 
             # The suites create tasks as fast as they can from one principal; the quota tests
             # start an API with the rate limit on (tests/e2e/test_quotas.py).
             "MCP_TASKS_CREATES_PER_SECOND_PER_PRINCIPAL": "0",
+            "MCP_EXAMPLES_FILES_ROOT": str(files),
+            "MCP_EXAMPLES_MODELS_DIR": str(models),
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -354,6 +365,9 @@ def running_stack(
     name: str, database_url: str, broker_url: str, suffix: str, **extra: str
 ) -> Iterator[Stack]:
     env = stack_env(database_url, broker_url, suffix, **extra)
+    examples = examples_dirs(suffix)
+    for directory in examples:
+        directory.mkdir(parents=True, exist_ok=True)
     worker = start_worker(f"{name}-worker", env)
     api: Proc | None = None
     try:
@@ -373,3 +387,4 @@ def running_stack(
         if api is not None:
             api.stop()
         worker.stop(signal.SIGQUIT, timeout=20)
+        shutil.rmtree(examples[0].parent, ignore_errors=True)

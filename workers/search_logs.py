@@ -4,28 +4,34 @@ Shows coarse-grained ``ctx.report`` / cancellation checkpoints in a hot loop, an
 the middle of a run (``ctx.elicit``): after every ``max_matches`` matches the user decides
 whether the search goes on.
 
+The pattern and the directory come from a model, so both are hostile. Files are read only
+under ``MCP_EXAMPLES_FILES_ROOT`` (a ``FileRoot``): the walk never enters a symlinked directory
+and skips a symlinked file that resolves outside the root. The pattern runs on RE2
+(google-re2), in time linear in the text, so no pattern backtracks for hours on a crafted line;
+what RE2 cannot run (backreferences, lookaround) is refused. Lines longer than the root's
+``max_line_bytes`` are cut, so no line is buffered without bound.
+
 The scanning core, ``scan``, is a plain function (no context) so it can be timed on its own
-(``tests/bench/search_logs_bench.py``). A line matches when ``pattern`` is found in it (Python
-``re.search`` on the line without its line break: ``\\n``, or ``\\r\\n``). Files are read as UTF-8
-(undecodable bytes become U+FFFD).
+(``tests/bench/search_logs_bench.py``). A line matches when ``pattern`` is found in it (an RE2
+search of the line without its line break: ``\\n``, or ``\\r\\n``; ``^`` and ``$`` are its
+start and end). Files are read as UTF-8 (undecodable bytes become U+FFFD).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import io
-import itertools
 import os
-import re
-import string
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp_celery_tasks import InputNotSupported, InputTimedOut, TaskContext, ToolError, tool
+from mcp_celery_tasks import FileRoot, InputNotSupported, InputTimedOut, TaskContext, ToolError, tool
+from workers.line_regex import compile_pattern, required_literal
 
 __all__ = ["Match", "ScanResult", "find_files", "scan", "search_logs"]
 
+FILES_ROOT = "MCP_EXAMPLES_FILES_ROOT"
 PROGRESS_EVERY_LINES = 50_000
 """Progress and cancellation checkpoints: about every this many lines (a few per second)."""
 MAX_TEXT_CHARS = 300
@@ -39,9 +45,6 @@ CONTINUE_SCHEMA: dict[str, Any] = {
     "properties": {"continue": {"type": "boolean", "description": "Keep searching"}},
     "required": ["continue"],
 }
-
-_QUANTIFIER = re.compile(r"[*+?]|\{\d*(?:,\d*)?\}")
-_ESCAPED_LITERAL = frozenset(string.punctuation + " ")
 
 
 @dataclass(frozen=True)
@@ -59,124 +62,66 @@ class ScanResult:
     matches: list[Match] = field(default_factory=list)
     stopped: bool = False
     unreadable: list[str] = field(default_factory=list)
+    """Files not read, each with the reason (outside the root, not a regular file, an I/O error)."""
 
 
 class _Stop(Exception):
     pass
 
 
-def find_files(directory: str, glob: str) -> list[str]:
-    """Files under ``directory`` (recursively, symlinked directories not followed) whose name
-    matches ``glob``, in a stable order."""
+def find_files(root: FileRoot, directory: str, glob: str) -> list[str]:
+    """Files under ``directory`` (inside ``root``, recursively) whose name matches ``glob``, in
+    a stable order.
+
+    Symlinked directories are never entered; a symlinked file is listed only when it resolves
+    inside the root (``scan`` checks again what it opens).
+    """
+    top = root.resolve(directory)
+    if not top.is_dir():
+        raise ToolError(f"{directory!r} is not a directory")
     found: list[str] = []
-    for root, dirs, files in os.walk(directory):
+    for current, dirs, files in os.walk(top):  # followlinks=False
         dirs.sort()
-        found.extend(os.path.join(root, name) for name in sorted(files) if fnmatch.fnmatch(name, glob))
+        for name in sorted(files):
+            path = os.path.join(current, name)
+            if fnmatch.fnmatch(name, glob) and (not os.path.islink(path) or _inside(root, path)):
+                found.append(path)
     return found
 
 
-def required_literal(regex: re.Pattern[str]) -> str | None:
-    """A string that every match of ``regex`` contains (the longest run of plain characters at
-    the top level), or None when there is no useful one.
-
-    Conservative: anything it does not understand ends a run, so what it returns is always
-    required. Case-insensitive, verbose and top-level alternation patterns have none.
-    """
-    if regex.flags & (re.IGNORECASE | re.VERBOSE):
-        return None
-    pattern = regex.pattern
-    runs: list[str] = []
-    run: list[str] = []
-
-    def close() -> None:
-        if run:
-            runs.append("".join(run))
-            run.clear()
-
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        quantifier = _QUANTIFIER.match(pattern, i)
-        if quantifier:
-            if run:
-                run.pop()  # the character before is optional or repeated
-            close()
-            i = quantifier.end()
-        elif char == "\\":
-            following = pattern[i + 1 : i + 2]
-            if following in _ESCAPED_LITERAL:
-                run.append(following)
-                i += 2
-                continue
-            close()  # a class (\d), an anchor (\b), a code (\x41, \N{...}) or a backreference
-            if pattern.startswith("N{", i + 1):
-                i = pattern.find("}", i) + 1 or len(pattern)
-            else:
-                i += 2
-                while i < len(pattern) and pattern[i].isalnum():
-                    i += 1
-        elif char == "|":
-            return None
-        elif char in "([":
-            close()
-            i = _skip_group(pattern, i) if char == "(" else _skip_class(pattern, i)
-        elif char in ".^${}":
-            close()
-            i += 1
-        else:
-            run.append(char)
-            i += 1
-    close()
-    usable = [r for r in runs if len(r.encode()) >= 3 and not set(r) & {"\n", "\r", "\ufffd"}]
-    return max(usable, key=lambda r: len(r.encode()), default=None)
+def _inside(root: FileRoot, path: str) -> bool:
+    try:
+        root.resolve(path)
+    except ToolError:
+        return False
+    return True
 
 
-def _skip_class(pattern: str, i: int) -> int:
-    """The index after the character class that starts at ``pattern[i] == "["``."""
-    i += 1
-    if pattern.startswith("^", i):
-        i += 1
-    if pattern.startswith("]", i):
-        i += 1
-    while i < len(pattern) and pattern[i] != "]":
-        i += 2 if pattern[i] == "\\" else 1
-    return i + 1
-
-
-def _skip_group(pattern: str, i: int) -> int:
-    """The index after the group that starts at ``pattern[i] == "("``."""
-    depth = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char == "[":
-            i = _skip_class(pattern, i)
-            continue
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        i += 1
-        if depth == 0:
-            break
-    return i
-
-
-def _blocks(handle: io.RawIOBase, size: int) -> Iterator[tuple[bytearray, int]]:
+def _blocks(handle: io.RawIOBase, size: int, max_line: int) -> Iterator[tuple[bytearray, int]]:
     """``(buffer, end)``: ``buffer[:end]`` holds whole lines, the last one without its line break.
 
-    One buffer, reused (no allocation per block); it grows only for a line longer than itself.
+    One buffer, reused (no allocation per block); it grows only for a line longer than itself,
+    and never past ``max_line`` bytes: a longer line comes alone, cut to its first ``max_line``
+    bytes, and the rest of it is read and dropped.
     """
-    buffer = bytearray(size)
+    buffer = bytearray(min(size, max_line))
     filled = 0
     while True:
-        if filled == len(buffer):
-            buffer.extend(bytes(len(buffer)))
-        with memoryview(buffer) as view, view[filled:] as free:
-            got = handle.readinto(free)
-        if not got:
-            if filled:
-                yield buffer, filled  # a last line without a line break
-            return
+        if filled == len(buffer) < max_line:  # one line fills the buffer
+            buffer.extend(bytes(min(len(buffer), max_line - len(buffer))))
+        if filled == max_line:
+            yield buffer, filled
+            filled = 0
+            got = _drop_rest_of_line(handle, buffer)
+            if got < 0:
+                return
+        else:
+            with memoryview(buffer) as view, view[filled:] as free:
+                got = handle.readinto(free)
+            if not got:
+                if filled:
+                    yield buffer, filled  # a last line without a line break
+                return
         filled += got
         cut = buffer.rfind(b"\n", 0, filled)
         if cut < 0:
@@ -187,6 +132,32 @@ def _blocks(handle: io.RawIOBase, size: int) -> Iterator[tuple[bytearray, int]]:
         filled = rest
 
 
+def _drop_rest_of_line(handle: io.RawIOBase, buffer: bytearray) -> int:
+    """Read past the next line break; what follows it (in the same read) is moved to the front
+    of ``buffer``. Returns how many bytes that is, or -1 at the end of the file."""
+    while True:
+        got = handle.readinto(buffer)
+        if not got:
+            return -1
+        cut = buffer.find(b"\n", 0, got)
+        if cut >= 0:
+            rest = got - cut - 1
+            buffer[:rest] = buffer[cut + 1 : got]
+            return rest
+
+
+def _searchable(buffer: bytearray, end: int) -> bytes:
+    """The block as the regex sees it: valid UTF-8 (undecodable bytes become U+FFFD) and ``\\n``
+    line breaks (one ``\\r`` before each is dropped)."""
+    with memoryview(buffer) as view, view[:end] as block:
+        data = bytes(block)  # RE2 reads bytes in place; it would copy a bytearray on every search
+    if not data.isascii():
+        data = data.decode("utf-8", "replace").encode()
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n").removesuffix(b"\r")
+    return data
+
+
 @dataclass
 class _Hits:
     """The matching lines of one block: their numbers (in the file) and a way to get their text."""
@@ -194,68 +165,67 @@ class _Hits:
     lines: list[int]
     text: Callable[[int], str]  # the text of the i-th hit
     line_count: int  # lines in the block
-    candidates: int  # lines that held the required literal (or the hits, without a literal)
+    candidates: int  # lines that held the required literal (when it was looked for)
 
 
-def _literal_hits(
-    buffer: bytearray, end: int, literal: bytes, line_search: Callable[[str], object], base: int
-) -> _Hits:
-    """Only lines that contain ``literal`` (found in the raw bytes) are decoded and searched."""
-    hits: list[int] = []
-    texts: list[str] = []
+def _search_block(data: bytes, regex: Any, needle: bytes | None, base: int) -> _Hits:
+    """The lines of ``data`` that ``regex`` matches.
+
+    With a ``needle`` (a literal every match contains) only the lines holding it are searched,
+    each on its own. Without, RE2 searches the whole block and each match names its line (RE2
+    runs with ``never_nl`` and ``(?m)``: a match never leaves its line).
+    """
+    lines: list[int] = []
+    spans: list[tuple[int, int]] = []
     candidates = 0
     line = base + 1  # the number of the line that starts at counted_to
     counted_to = 0
-    pos = buffer.find(literal, 0, end)
-    while pos >= 0:
-        candidates += 1
-        start = buffer.rfind(b"\n", 0, pos) + 1
-        stop = buffer.find(b"\n", pos, end)
-        if stop < 0:
-            stop = end
-        line += buffer.count(b"\n", counted_to, start)
-        counted_to = start
-        text = buffer[start:stop].decode("utf-8", "replace")
-        if text.endswith("\r"):
-            text = text[:-1]
-        if line_search(text):
-            hits.append(line)
-            texts.append(text)
-        pos = buffer.find(literal, stop + 1, end)
-    line_count = line - base + buffer.count(b"\n", counted_to, end)
-    return _Hits(hits, texts.__getitem__, line_count, candidates)
-
-
-def _line_hits(
-    buffer: bytearray, end: int, literal: str | None, line_search: Callable[[str], object], base: int
-) -> _Hits:
-    """Every line through the regex, the loops in C (map, compress): no Python code per line."""
-    with memoryview(buffer) as view, view[:end] as block:
-        text = str(block, "utf-8", "replace")
-    if "\r" in text:
-        text = text.replace("\r\n", "\n")
-        if text.endswith("\r"):
-            text = text[:-1]
-    lines = text.split("\n")
-    hits = list(itertools.compress(range(base + 1, base + 1 + len(lines)), map(line_search, lines)))
-    candidates = len(hits)
-    if literal is not None and candidates * DENSE_FRACTION < len(lines):
-        candidates = text.count(literal)  # few hits: is the literal rare enough to filter again?
+    pos = 0
+    while pos <= len(data):
+        if needle is not None:
+            at = data.find(needle, pos)
+            if at < 0:
+                break
+            candidates += 1
+            start = data.rfind(b"\n", 0, at) + 1
+            stop = _line_end(data, at)
+            found = regex.search(data, start, stop) is not None
+        else:
+            match = regex.search(data, pos)
+            if match is None:
+                break
+            start = data.rfind(b"\n", 0, match.start()) + 1
+            stop = _line_end(data, match.start())
+            found = True
+        if found:
+            line += data.count(b"\n", counted_to, start)
+            counted_to = start
+            lines.append(line)
+            spans.append((start, stop))
+        pos = stop + 1
 
     def text_of(i: int) -> str:
-        return lines[hits[i] - base - 1]
+        start, stop = spans[i]
+        # 4 bytes per character at most: enough bytes for MAX_TEXT_CHARS whole characters.
+        return data[start : min(stop, start + 4 * MAX_TEXT_CHARS)].decode("utf-8", "replace")[:MAX_TEXT_CHARS]
 
-    return _Hits(hits, text_of, len(lines), candidates)
+    return _Hits(lines, text_of, line - base + data.count(b"\n", counted_to), candidates)
+
+
+def _line_end(data: bytes, pos: int) -> int:
+    stop = data.find(b"\n", pos)
+    return len(data) if stop < 0 else stop
 
 
 DENSE_FRACTION = 10
 """Lines holding the required literal, as a fraction (1/DENSE_FRACTION) of all lines, above
-which decoding every line is cheaper than handling each candidate line on its own."""
+which one RE2 search of the whole block is cheaper than a search of each of those lines."""
 
 
 def scan(
+    root: FileRoot,
     paths: Iterable[str],
-    regex: re.Pattern[str],
+    regex: Any,
     on_progress: Callable[[int, int], None],
     should_stop: Callable[[int, int], bool],
     *,
@@ -265,20 +235,20 @@ def scan(
     label: Callable[[str], str] = lambda path: path,
     block_bytes: int = BLOCK_BYTES,
 ) -> ScanResult:
-    """Search ``regex`` in every line of ``paths``.
+    """Search ``regex`` (from ``compile_pattern``) in every line of ``paths``, read through ``root``.
 
     ``on_progress(lines, matches)`` and ``should_stop(lines, matches)`` run about every
     ``progress_every`` lines; ``should_stop`` also runs each time the match count reaches a
     multiple of ``pause_every`` (with the lines scanned up to that match). When it returns True
     the scan ends with ``stopped`` set. The first ``keep`` matches are listed (``label`` names
-    their file); all are counted.
+    their file); all are counted. A file ``root`` refuses is listed in ``unreadable``; lines
+    longer than ``root.max_line_bytes`` are cut to that many bytes.
 
-    Files are read as bytes in large blocks into one reused buffer. When the pattern contains a
-    required literal and few lines hold it, only those lines are decoded and searched; otherwise
-    the block is decoded, split, and every line goes through the regex with the loop in C.
+    Files are read as bytes in large blocks into one reused buffer, and each block is searched
+    by RE2 at once. When the pattern contains a required literal and few lines hold it, only
+    those lines are searched.
     """
     result = ScanResult()
-    line_search = regex.search
     literal = required_literal(regex)
     needle = literal.encode() if literal is not None else None
     dense = needle is None
@@ -292,7 +262,7 @@ def scan(
                 step = min(step, pause_every - result.match_count % pause_every)
             room = keep - len(result.matches)
             for i in range(done, done + min(step, max(room, 0))):
-                result.matches.append(Match(name, hits.lines[i], hits.text(i)[:MAX_TEXT_CHARS]))
+                result.matches.append(Match(name, hits.lines[i], hits.text(i)))
             result.match_count += step
             done += step
             if pause_every and result.match_count % pause_every == 0:
@@ -305,19 +275,19 @@ def scan(
             name = label(path)
             lines_before_file = result.lines_scanned
             try:
-                handle = open(path, "rb", buffering=0)  # noqa: SIM115
-            except OSError:
-                result.unreadable.append(name)
+                handle = root.open(path)
+            except ToolError as exc:
+                result.unreadable.append(f"{name}: {exc}")
                 continue
             with handle:
                 base = 0  # lines of this file before the current block
                 try:
-                    for buffer, end in _blocks(handle, block_bytes):
-                        if dense or needle is None:
-                            hits = _line_hits(buffer, end, literal, line_search, base)
-                        else:
-                            hits = _literal_hits(buffer, end, needle, line_search, base)
-                        dense = needle is None or hits.candidates * DENSE_FRACTION > hits.line_count
+                    for buffer, end in _blocks(handle, block_bytes, root.max_line_bytes):
+                        data = _searchable(buffer, end)
+                        hits = _search_block(data, regex, None if dense else needle, base)
+                        if needle is not None:
+                            held = hits.candidates if not dense else data.count(needle)
+                            dense = held * DENSE_FRACTION > hits.line_count
                         record(name, lines_before_file, hits)
                         base += hits.line_count
                         result.lines_scanned = lines_before_file + base
@@ -326,8 +296,8 @@ def scan(
                             on_progress(result.lines_scanned, result.match_count)
                             if should_stop(result.lines_scanned, result.match_count):
                                 raise _Stop
-                except OSError:
-                    result.unreadable.append(name)
+                except OSError as exc:
+                    result.unreadable.append(f"{name}: {exc.strerror or exc}")
             result.files_scanned += 1
     except _Stop:
         result.stopped = True
@@ -339,21 +309,19 @@ def scan(
 def search_logs(
     ctx: TaskContext, directory: str, pattern: str, max_matches: int = 1000, glob: str = "*.log"
 ) -> dict[str, Any]:
-    """Search a regex in every matching file under a directory, line by line.
+    """Search a regex (RE2 syntax) in every matching file under a directory, line by line.
 
-    Reports "N lines scanned, M matches" a few times a second and stops when cancelled. After
-    every `max_matches` matches it asks whether to go on; declining ends the search with the
-    partial results.
+    The directory is relative to the files directory this server allows (or inside it). Reports
+    "N lines scanned, M matches" a few times a second and stops when cancelled. After every
+    `max_matches` matches it asks whether to go on; declining ends the search with the partial
+    results.
     """
+    root = FileRoot.require_env(FILES_ROOT)
     if max_matches < 1:
         raise ToolError("max_matches must be at least 1")
-    if not os.path.isdir(directory):
-        raise ToolError(f"{directory} is not a directory")
-    try:
-        regex = re.compile(pattern)
-    except re.error as exc:
-        raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
-    paths = find_files(directory, glob)
+    regex = compile_pattern(pattern)
+    paths = find_files(root, directory, glob)
+    top = root.resolve(directory)
     ctx.report(f"{len(paths)} files to search")
     stop_reason: list[str] = []
     next_question = max_matches
@@ -370,12 +338,13 @@ def search_logs(
         return _ask_to_continue(ctx, lines, matches, stop_reason)
 
     result = scan(
+        root,
         paths,
         regex,
         on_progress,
         should_stop,
         pause_every=max_matches,
-        label=lambda path: os.path.relpath(path, directory),
+        label=lambda path: os.path.relpath(path, top),
     )
     return {
         "directory": directory,

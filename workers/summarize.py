@@ -2,40 +2,40 @@
 
 The task goes ``input_required`` with the sampling request; the client runs its LLM and answers
 through ``tasks/update`` (or the MRTR retry of a synchronous call), and the tool resumes with
-the message.
+the message. The file is read through a ``FileRoot``: only a regular file under
+``MCP_EXAMPLES_FILES_ROOT``, and only its first ``MAX_INPUT_BYTES`` bytes.
 """
 
 from __future__ import annotations
 
+import codecs
 import os
 from typing import Any
 
-from mcp_celery_tasks import TaskContext, ToolError, tool
+from mcp_celery_tasks import FileRoot, TaskContext, ToolError, tool
 
 __all__ = ["summarize_file"]
 
-MAX_INPUT_CHARS = 50_000
-"""Characters of the file sent to the model (the rest is cut, and the result says so)."""
+FILES_ROOT = "MCP_EXAMPLES_FILES_ROOT"
+MAX_INPUT_BYTES = 50_000
+"""Bytes of the file read and sent to the model (the rest is never read; the result says so)."""
 
 SYSTEM_PROMPT = "You write short, factual summaries of documents. Answer with the summary only."
 
 
 @tool(retention_seconds=3600, poll_interval_ms=500)
 def summarize_file(ctx: TaskContext, path: str, max_tokens: int = 200) -> dict[str, Any]:
-    """Summarize a UTF-8 text file with the client's LLM (sampling/createMessage).
+    """Summarize a UTF-8 text file in the files directory with the client's LLM (sampling).
 
     Needs a client that declares the sampling capability.
     """
+    root = FileRoot.require_env(FILES_ROOT)
     if max_tokens < 1:
         raise ToolError("max_tokens must be at least 1")
     ctx.report(f"reading {os.path.basename(path)}")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read(MAX_INPUT_CHARS + 1)
-    except OSError as exc:
-        raise ToolError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    truncated = len(text) > MAX_INPUT_CHARS
-    text = text[:MAX_INPUT_CHARS]
+    data, truncated = root.read_prefix(path, MAX_INPUT_BYTES)
+    # Undecodable bytes become U+FFFD; a character cut at the byte cap is dropped.
+    text = codecs.getincrementaldecoder("utf-8")("replace").decode(data, final=not truncated)
     if not text.strip():
         raise ToolError(f"{path} is empty")
     note = " (only its beginning is shown)" if truncated else ""

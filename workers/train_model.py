@@ -3,23 +3,28 @@
 Shows ``queue="gpu"`` routing, per-epoch ``ctx.report`` and ``ctx.raise_if_cancelled``, and an
 ``ask_first`` question that depends on the arguments: overwriting an existing model file is
 confirmed before the task exists, so no worker slot is held while a human thinks.
+
+The model is a name under ``MCP_EXAMPLES_MODELS_DIR`` (a ``FileRoot``), never a path chosen
+freely: directories are created only under that root, no symlink is written through, and the
+file is replaced atomically, only with the user's consent.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.typing import NDArray
 
-from mcp_celery_tasks import Elicit, TaskContext, ToolError, tool
+from mcp_celery_tasks import Elicit, FileRoot, TaskContext, ToolError, tool
 
 __all__ = ["Mlp", "make_moons", "train_model"]
 
 Array = NDArray[np.float64]
+
+MODELS_DIR = "MCP_EXAMPLES_MODELS_DIR"
 
 HIDDEN_UNITS = 16
 BATCH_SIZE = 64
@@ -37,15 +42,29 @@ OVERWRITE_SCHEMA: dict[str, Any] = {
 }
 
 
-def _ask_overwrite(arguments: dict[str, Any]) -> Elicit | None:
-    """The overwrite question, only when the target file already exists.
+def _model_file(model: str) -> str:
+    """The file name of a model under the models directory: ``.npz`` added when missing."""
+    if not model.strip():
+        raise ToolError("model must name a file under the models directory, e.g. 'moons'")
+    return model if model.endswith(".npz") else f"{model}.npz"
 
-    Evaluated by the API process when the call arrives (before the task exists); the tool checks
-    again when it runs, so a file that appears in between is never replaced without consent.
+
+def _ask_overwrite(arguments: dict[str, Any]) -> Elicit | None:
+    """The overwrite question, only when the model file already exists.
+
+    Evaluated by the API process when the call arrives (before the task exists), with the same
+    resolution as the worker's; the tool checks again when it runs, so a file that appears in
+    between is never replaced without consent. Without a models directory here, or for a name the
+    worker will refuse, nothing is asked: the worker refuses the call with the reason.
     """
-    path = str(arguments.get("model_path", ""))
-    if path and os.path.exists(path):
-        return Elicit(f"{path} already exists. Overwrite it with the newly trained model?", OVERWRITE_SCHEMA)
+    try:
+        root = FileRoot.from_env(MODELS_DIR)
+        name = _model_file(str(arguments.get("model", "")))
+        target = root.output_path(name) if root is not None else None
+    except ToolError:
+        return None
+    if target is not None and os.path.lexists(target):
+        return Elicit(f"{name} already exists. Overwrite it with the newly trained model?", OVERWRITE_SCHEMA)
     return None
 
 
@@ -108,30 +127,22 @@ class Mlp:
             self.w1 -= learning_rate * (xb.T @ dhidden)
             self.b1 -= learning_rate * dhidden.sum(axis=0)
 
-    def save(self, path: str) -> None:
-        """Write the weights with ``np.savez``, atomically (a temp file, then a rename)."""
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=".train_model-", suffix=".npz", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as handle:  # a file object: savez adds no ".npz" suffix
-                np.savez(handle, w1=self.w1, b1=self.b1, w2=self.w2, b2=self.b2)
-            os.replace(temp, path)
-        except BaseException:
-            if os.path.exists(temp):
-                os.unlink(temp)
-            raise
+    def save(self, handle: BinaryIO) -> None:
+        """Write the weights with ``np.savez`` (a file object: savez adds no ".npz" suffix)."""
+        np.savez(handle, w1=self.w1, b1=self.b1, w2=self.w2, b2=self.b2)
 
 
-def _check_overwrite(ctx: TaskContext, model_path: str) -> None:
+def _overwrite_agreed(ctx: TaskContext, name: str, target: str) -> bool:
+    """Whether the user agreed to replace the model file; a ``ToolError`` when they declined."""
     answer = ctx.preflight.get("overwrite")
     if answer is None:
-        if os.path.exists(model_path):
-            raise ToolError(f"{model_path} appeared after the call was accepted; call the tool again")
-        return
+        if os.path.lexists(target):
+            raise ToolError(f"{name} already exists and nobody agreed to replace it; call the tool again")
+        return False
     content = answer.get("content") or {}
     if answer.get("action") != "accept" or content.get("overwrite") is not True:
-        raise ToolError(f"Not overwriting {model_path}: the user declined")
+        raise ToolError(f"Not overwriting {name}: the user declined")
+    return True
 
 
 def _sampled(history: list[float]) -> list[float]:
@@ -145,7 +156,7 @@ def _sampled(history: list[float]) -> list[float]:
 @tool(queue="gpu", retention_seconds=24 * 3600, ask_first={"overwrite": _ask_overwrite})
 def train_model(
     ctx: TaskContext,
-    model_path: str,
+    model: str,
     epochs: int = 20,
     samples: int = 2000,
     learning_rate: float = 0.1,
@@ -153,17 +164,32 @@ def train_model(
 ) -> dict[str, Any]:
     """Train a small MLP classifier on a seeded synthetic dataset and save its weights (npz).
 
+    `model` names the file under the models directory (e.g. "moons" or "runs/moons.npz").
     Reports the loss after every epoch and stops between epochs when cancelled. Asks before
     overwriting an existing model file.
     """
+    root = FileRoot.require_env(MODELS_DIR)
+    name = _model_file(model)
+    target = str(root.output_path(name))
     if not 1 <= epochs <= MAX_EPOCHS:
         raise ToolError(f"epochs must be between 1 and {MAX_EPOCHS}")
     if not 10 <= samples <= MAX_SAMPLES:
         raise ToolError(f"samples must be between 10 and {MAX_SAMPLES}")
     if not 0 < learning_rate <= 10:
         raise ToolError("learning_rate must be in (0, 10]")
-    _check_overwrite(ctx, model_path)
+    overwrite = _overwrite_agreed(ctx, name, target)
+    # Opened first: a name the models directory refuses is refused before any training.
+    with root.atomic_write(name, overwrite=overwrite) as handle:
+        mlp, stats = _fit(ctx, epochs, samples, learning_rate, seed)
+        ctx.raise_if_cancelled()
+        mlp.save(handle)
+    return {"model": name, "model_path": target, "epochs": epochs, **stats}
 
+
+def _fit(
+    ctx: TaskContext, epochs: int, samples: int, learning_rate: float, seed: int
+) -> tuple[Mlp, dict[str, Any]]:
+    """The trained network and what the result reports about the run."""
     rng = np.random.default_rng(seed)
     x, y = make_moons(samples, rng)
     order = rng.permutation(samples)
@@ -171,28 +197,23 @@ def train_model(
     test, train = order[:holdout], order[holdout:]
     x_train, y_train, x_test, y_test = x[train], y[train], x[test], y[test]
 
-    model = Mlp.initial(x.shape[1], HIDDEN_UNITS, rng)
-    initial_loss = model.loss(x_train, y_train)
+    mlp = Mlp.initial(x.shape[1], HIDDEN_UNITS, rng)
+    initial_loss = mlp.loss(x_train, y_train)
     history: list[float] = []
     ctx.report(f"epoch 0/{epochs}: loss {initial_loss:.4f}")
     for epoch in range(1, epochs + 1):
         ctx.raise_if_cancelled()
-        model.sgd_epoch(x_train, y_train, learning_rate, rng)
-        loss = model.loss(x_train, y_train)
+        mlp.sgd_epoch(x_train, y_train, learning_rate, rng)
+        loss = mlp.loss(x_train, y_train)
         if not np.isfinite(loss):
             raise ToolError(f"training diverged at epoch {epoch} (loss {loss}); lower the learning_rate")
         history.append(loss)
         ctx.report(f"epoch {epoch}/{epochs}: loss {loss:.4f}")
-
-    ctx.raise_if_cancelled()
-    model.save(model_path)
-    return {
-        "model_path": os.path.abspath(model_path),
-        "epochs": epochs,
+    return mlp, {
         "initial_loss": initial_loss,
         "final_loss": history[-1],
         "losses": _sampled(history),
-        "accuracy": model.accuracy(x_test, y_test),
+        "accuracy": mlp.accuracy(x_test, y_test),
         "train_samples": len(train),
         "test_samples": holdout,
     }

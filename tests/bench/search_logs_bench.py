@@ -4,14 +4,16 @@
     .venv/bin/python tests/bench/search_logs_bench.py inprocess --dir /tmp/search-logs-bench
 
     # end to end: the tool called as a task on a running server (./scripts/dev), polled to the
-    # end, then a second call cancelled mid-scan
-    .venv/bin/python tests/bench/search_logs_bench.py e2e --dir /tmp/search-logs-bench \
+    # end, then a second call cancelled mid-scan; --dir must lie inside the server's
+    # MCP_EXAMPLES_FILES_ROOT (with dev: <data dir>/files)
+    .venv/bin/python tests/bench/search_logs_bench.py e2e --dir .mcp-tasks/files/bench \
         --url http://127.0.0.1:8000/mcp [--token T] [--database-url postgresql://…/mcp_tasks]
 
 The log directory holds ``--files`` files with ``--lines`` lines in all (5 million by default),
 realistic application log lines with a known number of lines matching the default pattern
 (``manifest.json`` records it; the benchmark checks the count). The server's worker must be able
-to read the directory (same machine).
+to read the directory (same machine). The pattern runs on RE2, as in the tool
+(``compile_pattern``); ``--naive`` also times a plain per-line loop with Python's ``re``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from mcp_celery_tasks import FileRoot  # noqa: E402
+from workers.line_regex import compile_pattern  # noqa: E402
 from workers.search_logs import find_files, scan  # noqa: E402
 
 DEFAULT_PATTERN = r"ERROR \[payments\] .*timeout"
@@ -120,8 +124,9 @@ def ensure_logs(directory: Path, lines: int, files: int, pattern: str) -> dict[s
 
 
 def run_inprocess(args: argparse.Namespace, manifest: dict[str, Any]) -> None:
-    paths = find_files(str(args.dir), "*.log")
-    regex = re.compile(args.pattern)
+    root = FileRoot(args.dir.resolve())
+    paths = find_files(root, ".", "*.log")
+    regex = compile_pattern(args.pattern)
     progress_calls = 0
 
     def on_progress(lines: int, matches: int) -> None:
@@ -134,7 +139,7 @@ def run_inprocess(args: argparse.Namespace, manifest: dict[str, Any]) -> None:
     rates: list[float] = []
     for run in range(1, args.repeat + 1):
         started = time.perf_counter()
-        result = scan(paths, regex, on_progress, should_stop, pause_every=None)
+        result = scan(root, paths, regex, on_progress, should_stop, pause_every=None)
         elapsed = time.perf_counter() - started
         rate = result.lines_scanned / elapsed
         rates.append(rate)
@@ -148,11 +153,12 @@ def run_inprocess(args: argparse.Namespace, manifest: dict[str, Any]) -> None:
     if args.naive:
         started = time.perf_counter()
         count = lines = 0
+        plain = re.compile(args.pattern)
         for path in paths:
             with open(path, encoding="utf-8", errors="replace") as handle:
                 for line in handle:
                     lines += 1
-                    if regex.search(line):
+                    if plain.search(line):
                         count += 1
         elapsed = time.perf_counter() - started
         rate = lines / elapsed / 1e6

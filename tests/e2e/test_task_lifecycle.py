@@ -93,15 +93,17 @@ def test_status_message_shows_progress(client: Client) -> None:
     assert "statusMessage" not in client.wait_status(task_id)
 
 
-def test_readme_example_tool_counts_words_and_reports_a_tool_error(client: Client, tmp_path: Path) -> None:
-    document = tmp_path / "doc.txt"
+def test_readme_example_tool_counts_words_and_reports_a_tool_error(
+    client: Client, stack: Stack, tmp_path: Path
+) -> None:
+    document = Path(stack.env["MCP_EXAMPLES_FILES_ROOT"]) / f"{tmp_path.name}-doc.txt"
     document.write_text("one two three\nfour")
-    task = client.wait_status(client.start("count_words", {"urls": [f"file://{document}"]}))
+    task = client.wait_status(client.start("count_words", {"paths": [f"file://{document}"]}))
     assert task["status"] == "completed"
     assert task["result"]["structuredContent"] == {f"file://{document}": 4}
-    failed = client.wait_status(client.start("count_words", {"urls": ["https://example.com"]}))
+    failed = client.wait_status(client.start("count_words", {"paths": ["https://example.com"]}))
     assert failed["status"] == "completed" and failed["result"]["isError"] is True
-    assert "only file:// URLs" in failed["result"]["content"][0]["text"]
+    assert "only paths and file:// URLs" in failed["result"]["content"][0]["text"]
 
 
 def test_the_worker_keeps_renewing_the_lease_of_each_running_job(stack: Stack, client: Client) -> None:

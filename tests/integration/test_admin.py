@@ -83,3 +83,35 @@ def test_tasks_top_once_shows_active_tasks_and_recent_failures(db_url: str) -> N
     assert screen.returncode == 0, screen.stderr
     assert "waiting for input" in screen.stdout and "demo" in screen.stdout
     assert "boom" in screen.stdout  # the failed task's error
+
+
+def test_limits_set_ls_clear_round_trip(db_url: str) -> None:
+    import json as _json
+    import os
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+    env["MCP_TASKS_DATABASE_URL"] = db_url
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mcp_celery_tasks.cli", "tasks", "limits", *args],
+            env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    assert cli("set", "token:alice", "--max-active", "5000", "--note", "batch team").returncode == 0
+    assert cli("set", "token:alice", "--rate", "50").returncode == 0  # the earlier value stays
+    (row,) = _json.loads(cli("ls", "--json").stdout)
+    assert (row["principal"], row["max_active_tasks"], row["creates_per_second"]) == (
+        "token:alice",
+        5000,
+        50.0,
+    )
+    assert row["note"] == "batch team" and row["create_burst"] is None
+    assert cli("set", "token:alice").returncode == 2  # nothing to set
+    assert cli("clear", "token:alice").returncode == 0
+    assert _json.loads(cli("ls", "--json").stdout) == []
+    assert cli("clear", "token:alice").returncode == 1

@@ -28,6 +28,7 @@ SERVER_ONLY = tuple(name for name in SERVER_SIDE if name != "auth")
 def test_public_api_is_pinned() -> None:
     assert sorted(mcp_celery_tasks.__all__) == [
         "Elicit",
+        "FileRoot",
         "InputNotSupported",
         "InputTimedOut",
         "McpError",

@@ -1,0 +1,71 @@
+"""``mcp-celery-tasks tasks limits ls|set|clear``: per-principal quota overrides.
+
+API processes re-read the overrides every few seconds; a limit left unset keeps the default
+from ``MCP_TASKS_*`` (0 turns one off for that principal).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["limits_app"]
+
+limits_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Quota overrides per principal.")
+console = Console()
+
+COLUMNS = ("max_active_tasks", "creates_per_second", "create_burst", "max_concurrent_requests", "note")
+
+
+def _store() -> Any:
+    from mcp_celery_tasks.settings import Settings
+    from mcp_celery_tasks.store import WorkerStore
+
+    return WorkerStore(Settings(), application_name="mcp-celery-tasks-admin")
+
+
+@limits_app.command("ls")
+def list_limits(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts")] = False,
+) -> None:
+    """Every principal with an override (unset limits keep the defaults)."""
+    rows = _store().principal_limits()
+    if as_json:
+        typer.echo(json.dumps(rows, default=str, indent=2))
+        return
+    table = Table("principal", *COLUMNS, "updated")
+    for row in rows:
+        cells = ["" if row[name] is None else str(row[name]) for name in COLUMNS]
+        table.add_row(row["principal"], *cells, str(row["updated_at"])[:19])
+    console.print(table)
+
+
+@limits_app.command("set")
+def set_limits(
+    principal: Annotated[str, typer.Argument(help="e.g. token:alice or jwt:https://issuer#sub")],
+    max_active: Annotated[int | None, typer.Option(min=0, help="Tasks working or waiting at once")] = None,
+    rate: Annotated[float | None, typer.Option(min=0, help="Creates per second (per API process)")] = None,
+    burst: Annotated[int | None, typer.Option(min=1, help="Creates at once before the rate applies")] = None,
+    concurrent: Annotated[int | None, typer.Option(min=0, help="Requests in progress at once")] = None,
+    note: Annotated[str | None, typer.Option(help="Why (shown by ls)")] = None,
+) -> None:
+    """Override some of a principal's limits (the others stay as they are)."""
+    values = {"max_active_tasks": max_active, "creates_per_second": rate, "create_burst": burst,
+              "max_concurrent_requests": concurrent, "note": note}  # fmt: skip
+    if all(value is None for value in values.values()):
+        raise typer.BadParameter("give at least one of --max-active, --rate, --burst, --concurrent, --note")
+    _store().set_principal_limits(principal, **values)
+    typer.echo(f"limits of {principal} set (API processes pick them up within 10 s)")
+
+
+@limits_app.command("clear")
+def clear_limits(principal: Annotated[str, typer.Argument(help="The principal")]) -> None:
+    """Back to the defaults."""
+    if not _store().clear_principal_limits(principal):
+        typer.echo(f"{principal} has no override", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"limits of {principal} back to the defaults")
