@@ -154,4 +154,7 @@ sessions = Table(
     Column("client_capabilities", JSONB, nullable=False),
     Column("client_info", JSONB, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("last_used_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Index("ix_mcp_sessions_owner", "owner"),
+    Index("ix_mcp_sessions_last_used_at", "last_used_at"),
 )

@@ -38,11 +38,17 @@ def collect_garbage(store: WorkerStore, *, batch: int = 1000, max_batches: int =
         deleted += count
         if count < batch:
             break
+    sessions = 0
+    for _ in range(max_batches):  # expired 2025-11-25 sessions (idle or too old)
+        count = store.delete_expired_sessions(batch)
+        sessions += count
+        if count < batch:
+            break
     store.record_run("collect_garbage", deleted)
     metrics.gc_deleted.inc(deleted)
     metrics.gc_last_run.set_to_current_time()
-    if deleted:
-        logger.info("collected %d expired tasks", deleted)
+    if deleted or sessions:
+        logger.info("collected %d expired tasks and %d expired sessions", deleted, sessions)
     return deleted
 
 

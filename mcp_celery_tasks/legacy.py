@@ -19,8 +19,10 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any, Final
 
+import pydantic_core
+
 from mcp_celery_tasks import modern
-from mcp_celery_tasks.errors import InvalidParams, MethodNotFound, ProtocolError
+from mcp_celery_tasks.errors import InvalidParams, MethodNotFound, ProtocolError, QuotaExceeded
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED
 from mcp_celery_tasks.registry import InvalidArguments, all_tools
 from mcp_celery_tasks.rpc import Deferred, Result, Stream, WithHeaders, error_body
@@ -128,8 +130,21 @@ async def initialize(services: Services, ctx: RequestContext, params: LegacyPara
     version = requested if requested in LEGACY_VERSIONS else LEGACY_VERSIONS[0]
     capabilities = extra.get("capabilities") if isinstance(extra.get("capabilities"), dict) else {}
     client_info = extra.get("clientInfo") if isinstance(extra.get("clientInfo"), dict) else None
+    declared = len(pydantic_core.to_json([capabilities, client_info]))
+    limit = services.settings.max_client_info_bytes
+    if declared > limit:
+        raise InvalidParams(f"capabilities and clientInfo are {declared} bytes, more than {limit}")
     session_id = secrets.token_urlsafe(24)
-    await services.store.create_session(session_id, ctx.principal, version, capabilities or {}, client_info)
+    opened = await services.store.create_session(
+        session_id, ctx.principal, version, capabilities or {}, client_info
+    )
+    if not opened:
+        most = services.settings.max_sessions_per_principal
+        raise QuotaExceeded(
+            f"Too many open sessions: at most {most}; end unused ones (HTTP DELETE) or let them expire",
+            limit="sessions",
+            maximum=most,
+        )
     result = {
         "protocolVersion": version,
         "capabilities": {

@@ -172,6 +172,14 @@ class Settings(BaseSettings):
     max_connections_per_client: int = 512
     """Open connections per client IP address per API process (loopback included; behind a
     reverse proxy every client is the proxy: limit per client there, see deploy/)."""
+    session_idle_seconds: float = 3600.0
+    """A 2025-11-25 session unused this long expires (its client initializes again)."""
+    session_max_age_seconds: float = 7 * 86_400.0
+    """A 2025-11-25 session expires this long after initialize, used or not."""
+    max_sessions_per_principal: int = 100
+    """Live 2025-11-25 sessions one principal may hold; initialize above it gets -32001."""
+    max_client_info_bytes: int = 16_384
+    """Largest ``capabilities`` plus ``clientInfo`` an initialize may declare (as JSON)."""
     max_result_bytes: int = 4_194_304
     """Largest tool result stored; above it the call ends with ``isError``."""
     max_status_message_chars: int = 1024

@@ -165,7 +165,7 @@ class MemoryApiStore:
         protocol_version: str,
         capabilities: dict[str, Any],
         client_info: dict[str, Any] | None,
-    ) -> None:
+    ) -> bool:
         self.sessions[session_id] = {
             "session_id": session_id,
             "owner": owner,
@@ -173,6 +173,7 @@ class MemoryApiStore:
             "client_capabilities": capabilities,
             "client_info": client_info,
         }
+        return True
 
     async def get_session(self, session_id: str, owner: str) -> dict[str, Any] | None:
         session = self.sessions.get(session_id)

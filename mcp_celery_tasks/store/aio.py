@@ -157,6 +157,10 @@ class ApiStore:
         assert row is not None
         return AnswerOutcome(answered=row["answered"], inbox=row["inbox"], status=row["status"])
 
+    def _session_window(self) -> dict[str, float]:
+        settings = self._settings
+        return {"idle_s": settings.session_idle_seconds, "max_age_s": settings.session_max_age_seconds}
+
     async def create_session(
         self,
         session_id: str,
@@ -164,18 +168,23 @@ class ApiStore:
         protocol_version: str,
         capabilities: dict[str, Any],
         client_info: dict[str, Any] | None,
-    ) -> None:
+    ) -> bool:
+        """Open a 2025-11-25 session; False when its owner already has the most live ones."""
         params = {
             "session_id": session_id,
             "owner": owner,
             "protocol_version": protocol_version,
             "client_capabilities": Jsonb(capabilities),
             "client_info": Jsonb(client_info) if client_info is not None else None,
+            "max_sessions": self._settings.max_sessions_per_principal,
+            **self._session_window(),
         }
-        await self._fetch(queries.CREATE_SESSION, params)
+        return bool(await self._fetch(queries.CREATE_SESSION, params))
 
     async def get_session(self, session_id: str, owner: str) -> dict[str, Any] | None:
-        rows = await self._fetch(queries.GET_SESSION, {"session_id": session_id, "owner": owner})
+        """The owner's live session (an expired or foreign one reads as unknown)."""
+        params = {"session_id": session_id, "owner": owner, **self._session_window()}
+        rows = await self._fetch(queries.GET_SESSION, params)
         return rows[0] if rows else None
 
     async def delete_session(self, session_id: str, owner: str) -> bool:

@@ -238,6 +238,14 @@ class WorkerStore:
                 return None
             return conn.execute(queries.DELETE_EXPIRED, {"limit": limit}).rowcount
 
+    def delete_expired_sessions(self, limit: int) -> int:
+        params = {
+            "limit": limit,
+            "idle_s": self._settings.session_idle_seconds,
+            "max_age_s": self._settings.session_max_age_seconds,
+        }
+        return self._execute(queries.DELETE_EXPIRED_SESSIONS, params)
+
     def fail_undispatched(self, older_than_s: float, error: dict[str, Any], message: str) -> int:
         params = {"older_than_s": older_than_s, "error": Jsonb(error), "message": message}
         return len(self._fetch(queries.FAIL_UNDISPATCHED, params))

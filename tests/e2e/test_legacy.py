@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -266,3 +267,46 @@ def test_typescript_sdk_1_32_client_streams_a_sep_1686_task_to_its_result(
     kinds = [s["step"] for s in steps]
     assert kinds[1] == "taskCreated" and "taskStatus" in kinds
     assert steps[-1] == {"step": "result", "text": "done after 0.5s"}
+
+
+def test_sessions_expire_are_capped_and_bound_what_a_client_declares(stack: Stack) -> None:
+    import json as _json
+
+    from tests.support import Proc, start_api
+
+    env = dict(
+        stack.env,
+        MCP_TASKS_SESSION_IDLE_SECONDS="1",
+        MCP_TASKS_MAX_SESSIONS_PER_PRINCIPAL="2",
+        MCP_TASKS_MAX_CLIENT_INFO_BYTES="2000",
+        MCP_TASKS_AUTH_TOKENS=_json.dumps({"carol": "carol-token"}),
+    )
+    proc: Proc
+    proc, url = start_api("session-limits-api", env)
+    try:
+        headers = {"Authorization": "Bearer carol-token"}
+
+        def initialize(capabilities: dict[str, Any]) -> httpx.Response:
+            hello = {
+                "protocolVersion": LEGACY,
+                "capabilities": capabilities,
+                "clientInfo": {"name": "t", "version": "0"},
+            }
+            body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+            return httpx.post(url, json=body, headers={"Accept": "application/json", **headers}, timeout=30)
+
+        huge = initialize({"experimental": {"x": "y" * 5000}})
+        assert parse_body(huge)["error"]["code"] == codes.INVALID_PARAMS and huge.status_code == 200
+        first, second = initialize({}), initialize({})
+        assert "mcp-session-id" in first.headers and "mcp-session-id" in second.headers
+        third = parse_body(initialize({}))
+        assert third["error"]["code"] == -32001 and third["error"]["data"]["limit"] == "sessions"
+        # Idle past MCP_TASKS_SESSION_IDLE_SECONDS: the session is gone (404, initialize again).
+        time.sleep(1.5)
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {}}
+        session = {"Mcp-Session-Id": first.headers["mcp-session-id"], "MCP-Protocol-Version": LEGACY}
+        stale = httpx.post(url, json=ping, timeout=30, headers={**session, **headers})
+        assert stale.status_code == 404
+        assert "mcp-session-id" in initialize({}).headers  # expired sessions no longer count
+    finally:
+        proc.stop()

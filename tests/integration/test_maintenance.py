@@ -415,3 +415,19 @@ async def test_a_finished_task_stays_readable_until_created_at_plus_its_reported
     move(db, record.task_id, "expires_at = now() - interval '1 millisecond'")
     assert gc.collect_garbage(store) == 1
     assert await api.get_task(record.task_id, OWNER) is None
+
+
+async def test_the_collector_deletes_expired_sessions_only(
+    db: Db, api: ApiStore, sweep_settings: Settings
+) -> None:
+    assert await api.create_session("fresh", OWNER, "2025-11-25", {}, None)
+    assert await api.create_session("idle", OWNER, "2025-11-25", {}, None)
+    assert await api.create_session("old", OWNER, "2025-11-25", {}, None)
+    db.execute("UPDATE mcp_sessions SET last_used_at = now() - interval '2 hours' WHERE session_id = 'idle'")
+    db.execute("UPDATE mcp_sessions SET created_at = now() - interval '8 days' WHERE session_id = 'old'")
+    assert await api.get_session("idle", OWNER) is None  # expired: unknown at once
+    store = WorkerStore(sweep_settings)
+    gc.collect_garbage(store)
+    store.close()
+    left = [row["session_id"] for row in db.execute("SELECT session_id FROM mcp_sessions").fetchall()]
+    assert left == ["fresh"]
