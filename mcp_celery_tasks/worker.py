@@ -25,6 +25,7 @@ from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks import channel, gc, metrics, tracing
 from mcp_celery_tasks import context as ctxmod
+from mcp_celery_tasks.broker import profile_for
 from mcp_celery_tasks.celery_app import COLLECT_GARBAGE, RUN_TOOL, SWEEP, beat_schedule, load_installed_tools
 from mcp_celery_tasks.channel import Inbox
 from mcp_celery_tasks.context import TaskContext
@@ -360,22 +361,18 @@ def install(
 def check_input_timeouts(app: Celery, settings: Settings) -> None:
     """Refuse to start when a tool may wait for input longer than the broker keeps a job.
 
-    RabbitMQ closes the channel (and Celery stops the worker) past ``consumer_timeout``; Redis
-    redelivers the job past ``visibility_timeout`` while the first run still waits.
+    The broker is the app's own (``app.conf``: a team may bring its app); its profile knows the
+    limit (RabbitMQ ``consumer_timeout``, Redis ``visibility_timeout``).
     """
-    broker = str(app.conf.broker_url or "")
-    if broker.startswith(("amqp", "pyamqp")):
-        limit, what = settings.rabbitmq_consumer_timeout_seconds, "RabbitMQ consumer_timeout"
-    elif broker.startswith(("redis", "rediss")):
-        options = app.conf.broker_transport_options or {}
-        limit = float(options.get("visibility_timeout", 3600))  # kombu's Redis default: one hour
-        what = "Redis visibility_timeout"
-    else:
+    profile = profile_for(app.conf.broker_url)
+    limit = profile.redelivery_limit(app.conf.broker_transport_options or {}, settings)
+    if limit is None:
         return
     for spec in all_tools():
         waits = spec.input_timeout or settings.input_timeout_seconds
-        if waits >= limit:
+        if waits >= limit.seconds:
             raise SystemExit(
-                f"tool {spec.name!r} may wait {waits:.0f} s for input, but the {what} is {limit:.0f} s: "
+                f"tool {spec.name!r} may wait {waits:.0f} s for input, but the {limit.name} is "
+                f"{limit.seconds:.0f} s: "
                 "lower the input timeout or raise the broker's limit (and its MCP_TASKS_ setting)"
             )
