@@ -36,9 +36,10 @@ from mcp_celery_tasks.errors import (
     TaskCancelled,
     ToolError,
 )
+from mcp_celery_tasks.leases import LeaseKeeper
 from mcp_celery_tasks.registry import ToolSpec, all_tools, get_tool
 from mcp_celery_tasks.results import error_result, to_call_tool_result
-from mcp_celery_tasks.runtime import LeaseKeeper, Runtime
+from mcp_celery_tasks.runtime import Runtime
 from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import ClaimedTask, WorkerStore
 
@@ -74,7 +75,7 @@ class JobRunner:
         self._store = store
         self._settings = settings
         self._inbox = inbox
-        self._leases = LeaseKeeper(store, settings.lease_seconds)
+        self._leases = LeaseKeeper(settings.lease_seconds)
 
     def run(self, job_id: str, headers: dict[str, Any] | None = None) -> JobOutcome:
         with tracing.tracer.start_as_current_span("run_tool", context=tracing.extract(headers)) as span:
@@ -115,7 +116,17 @@ class JobRunner:
         return JobOutcome("skipped")
 
     def _execute(self, spec: ToolSpec, claimed: ClaimedTask, me: str) -> JobOutcome:
-        runtime = Runtime(self._store, claimed.task_id, me, self._inbox)
+        runtime = Runtime(
+            self._store,
+            task_id=claimed.task_id,
+            job_id=claimed.job_id,
+            tool_name=claimed.tool_name,
+            worker=me,
+            inbox=self._inbox,
+            report_interval_s=self._settings.report_min_interval_seconds,
+            check_interval_s=self._settings.cancel_check_interval_seconds,
+            max_status_chars=self._settings.max_status_message_chars,
+        )
         ctx = TaskContext(
             task_id=claimed.task_id,
             job_id=claimed.job_id,
@@ -127,14 +138,11 @@ class JobRunner:
             strict_capabilities=self._settings.strict_input_capabilities,
             input_timeout_s=self._input_timeout(spec, claimed),
             max_outstanding_inputs=self._settings.max_outstanding_inputs,
-            report_interval_s=self._settings.report_min_interval_seconds,
-            cancel_check_interval_s=self._settings.cancel_check_interval_seconds,
-            max_status_chars=self._settings.max_status_message_chars,
+            sleep_slice_s=self._settings.cancel_check_interval_seconds,
         )
-        runtime.ctx = ctx
         if claimed.attempts == 1:
             metrics.task_pickup_seconds.labels(spec.name, claimed.queue).observe(claimed.age_s)
-        self._leases.watch(ctx, me)
+        self._leases.watch(runtime)
         started = time.monotonic()
         status = "completed"
         result: dict[str, Any] | None = None
@@ -154,7 +162,7 @@ class JobRunner:
             logger.warning(
                 "job %s hit an infrastructure error; it will be retried", claimed.job_id, exc_info=True
             )
-            self._leases.release(ctx)
+            self._leases.release(runtime)
             with contextlib.suppress(InfrastructureError):  # else the lease runs out by itself
                 self._store.release(claimed.task_id, me)
             return JobOutcome("infrastructure", retry_in=min(60.0, 2.0**claimed.attempts))
@@ -165,11 +173,11 @@ class JobRunner:
                 f"Ask the operator to look up job {claimed.job_id} in the worker log."
             )
         finally:
-            self._leases.release(ctx)
+            self._leases.release(runtime)
         elapsed = time.monotonic() - started
         metrics.task_run_seconds.labels(spec.name, claimed.queue).observe(elapsed)
         with contextlib.suppress(InfrastructureError):
-            ctx.flush()
+            runtime.flush()
         if status == "cancelled":
             metrics.cancels_effective.labels(spec.name).inc()
             metrics.tasks_finished.labels(spec.name, "cancelled").inc()
