@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mcp_celery_tasks import metrics, tracing
 from mcp_celery_tasks.errors import InfrastructureError, InputTimedOut, TaskCancelled
+from mcp_celery_tasks.observe import SILENT, JobObserver
 from mcp_celery_tasks.store.records import InputRecord
 
 __all__ = ["InboxWaiter", "Runtime", "RuntimeStore"]
@@ -101,6 +101,7 @@ class Runtime:
         report_interval_s: float = 0.25,
         check_interval_s: float = 0.2,
         max_status_chars: int = 1024,
+        observer: JobObserver = SILENT,
     ) -> None:
         self.task_id = task_id
         self.job_id = job_id
@@ -111,6 +112,7 @@ class Runtime:
         self._report_interval = report_interval_s
         self._check_interval = check_interval_s
         self._max_status_chars = max_status_chars
+        self._observer = observer
         self._lock = threading.Lock()
         self._pending: str | None = None
         self._last_write = 0.0
@@ -192,15 +194,8 @@ class Runtime:
         if not self._store.open_inputs(self.task_id, self.worker, inbox.name, plan.to_open, plan.supersede):
             self.mark_lost()
             raise TaskCancelled("the task was cancelled")
-        waiting_since = time.monotonic()
-        metrics.inputs_waiting.labels(self.tool_name).inc()
-        try:
-            with tracing.tracer.start_as_current_span("input wait") as span:
-                span.set_attribute("mcp.inputs", len(pending))
-                answers = self._wait(inbox, list(pending.values()), waiting_since + timeout_s, timeout_s)
-        finally:
-            metrics.inputs_waiting.labels(self.tool_name).dec()
-            metrics.input_wait_seconds.labels(self.tool_name).observe(time.monotonic() - waiting_since)
+        with self._observer.waiting_for_input(self.tool_name, len(pending)):
+            answers = self._wait(inbox, list(pending.values()), time.monotonic() + timeout_s, timeout_s)
         return {**plan.answers, **{key: answers[stored] for key, stored in pending.items()}}
 
     @staticmethod
