@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.errors import InfrastructureError, TaskCancelled
 from mcp_celery_tasks.runtime import Runtime
 
 __all__ = ["LeaseKeeper"]
@@ -87,7 +87,8 @@ class LeaseKeeper:
                 lease.runtime.renew_lease(self._lease_s)
         except InfrastructureError:
             logger.warning("lease renewal failed for job %s", lease.runtime.job_id, exc_info=True)
-        except Exception:
-            # Never let one job's failure stop the thread that keeps every later job's lease.
-            # (Nothing here raises TaskCancelled: the runtime marks itself lost instead.)
+        except (Exception, TaskCancelled):
+            # Never let one job's failure stop the thread that keeps every later job's lease. A
+            # cancel is the job thread's to notice (the runtime marks itself lost; nothing here
+            # should raise it), so one here would be a bug: logged, not fatal to the thread.
             logger.exception("lease keeping failed for job %s", lease.runtime.job_id)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mcp_celery_tasks import McpError, TaskContext, ToolError, tool
+from mcp_celery_tasks import McpError, TaskCancelled, TaskContext, ToolError, tool
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.observe import JobObserver
 from mcp_celery_tasks.runner import JobRunner, worker_identity
@@ -317,7 +317,9 @@ def test_an_outage_under_the_tool_releases_the_lease_and_retries(
 # ---- cancel ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["cancelled", "async_cancelled"])
+@pytest.mark.parametrize(
+    "name", ["cancelled", "swallows_tool_errors", "swallows_everything", "async_cancelled"]
+)
 def test_a_cancelled_tool_stops_and_the_worker_records_that_it_stopped(
     store: MemoryStore, observer: Recorder, name: str
 ) -> None:
@@ -327,6 +329,11 @@ def test_a_cancelled_tool_stops_and_the_worker_records_that_it_stopped(
     assert row.finished and row.lease_until is None
     assert observer.outcome == "cancelled"
     assert not any(event[:2] == ("step", "record outcome") for event in observer.events)
+
+
+def test_task_cancelled_is_neither_a_tool_error_nor_an_exception() -> None:
+    assert issubclass(TaskCancelled, BaseException)
+    assert not issubclass(TaskCancelled, Exception) and not issubclass(TaskCancelled, ToolError)
 
 
 def test_a_result_that_lands_after_a_cancel_is_dropped(store: MemoryStore, observer: Recorder) -> None:
