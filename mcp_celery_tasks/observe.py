@@ -28,11 +28,11 @@ Attributes = Mapping[str, str | int | float | bool]
 class JobObserver:
     """The hooks of one job's run, in the order they come; each one does nothing here."""
 
-    def job(self, job_id: str, headers: Mapping[str, Any] | None) -> AbstractContextManager[None]:
+    def job(self, job_id: str, headers: Mapping[str, Any] | None) -> AbstractContextManager[object]:
         """Around one delivery of the job, from the claim to the recorded outcome."""
         return contextlib.nullcontext()
 
-    def step(self, name: str, attributes: Attributes | None = None) -> AbstractContextManager[None]:
+    def step(self, name: str, attributes: Attributes | None = None) -> AbstractContextManager[object]:
         """Around a step worth timing on its own: ``claim``, ``record outcome``."""
         return contextlib.nullcontext()
 
@@ -61,17 +61,17 @@ class Telemetry(JobObserver):
     Metric labels are tool names, queues and outcomes, never task ids (bearer-like handles).
     """
 
-    @contextlib.contextmanager
-    def job(self, job_id: str, headers: Mapping[str, Any] | None) -> Iterator[None]:
-        # Continues the tools/call trace carried in the Celery message headers.
-        with tracing.tracer.start_as_current_span("run_tool", context=tracing.extract(headers)) as span:
-            span.set_attribute("mcp.job_id", job_id)
-            yield
+    # The tracer's own context managers, returned as they are: a wrapper per span would cost a
+    # generator frame each, several per job.
 
-    @contextlib.contextmanager
-    def step(self, name: str, attributes: Attributes | None = None) -> Iterator[None]:
-        with tracing.tracer.start_as_current_span(name, attributes=dict(attributes or {})):
-            yield
+    def job(self, job_id: str, headers: Mapping[str, Any] | None) -> AbstractContextManager[object]:
+        # Continues the tools/call trace carried in the Celery message headers.
+        return tracing.tracer.start_as_current_span(
+            "run_tool", context=tracing.extract(headers), attributes={"mcp.job_id": job_id}
+        )
+
+    def step(self, name: str, attributes: Attributes | None = None) -> AbstractContextManager[object]:
+        return tracing.tracer.start_as_current_span(name, attributes=attributes)
 
     def on_claimed(self, job: ClaimedTask) -> None:
         if job.attempts == 1:  # a redelivery's wait is not pickup latency
