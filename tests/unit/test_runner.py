@@ -314,6 +314,33 @@ def test_an_outage_under_the_tool_releases_the_lease_and_retries(
     assert observer.outcome is None and ("ran",) not in observer.events
 
 
+class SpyLeases:
+    """Stands in for the lease thread: which runtimes it was given, which it still holds."""
+
+    def __init__(self) -> None:
+        self.watched: list[str] = []
+        self.held: set[str] = set()
+
+    def watch(self, runtime: Any) -> None:
+        self.watched.append(runtime.task_id)
+        self.held.add(runtime.task_id)
+
+    def release(self, runtime: Any) -> None:
+        self.held.discard(runtime.task_id)
+
+
+@pytest.mark.parametrize("name", ["echo", "tool_error", "mcp_error", "crash", "outage", "cancelled", "huge"])
+def test_every_run_leaves_the_lease_thread_and_the_row_without_its_lease(
+    store: MemoryStore, observer: Recorder, name: str
+) -> None:
+    runner = make_runner(store, observer, max_result_bytes=500)
+    runner._leases = leases = SpyLeases()  # type: ignore[assignment]
+    row = store.add(PREFIX + name)
+    runner.run(row.job_id)
+    assert leases.watched == [row.task_id] and leases.held == set()
+    assert row.lease_until is None
+
+
 # ---- cancel ------------------------------------------------------------------------------------------
 
 
