@@ -9,7 +9,7 @@ as the two small protocols below.
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import re
 import threading
 import time
@@ -22,8 +22,6 @@ from mcp_celery_tasks.observe import SILENT, JobObserver
 from mcp_celery_tasks.store.records import InputRecord
 
 __all__ = ["InboxWaiter", "Runtime", "RuntimeStore"]
-
-logger = logging.getLogger(__name__)
 
 _AUTO_KEY = re.compile(r"\d+-[0-9a-f]{16}")
 _REREAD_S = 3.0
@@ -127,6 +125,7 @@ class Runtime:
         return self._lost
 
     def mark_lost(self) -> None:
+        """The task is no longer ours (cancelled, or the lease taken): every later check says so."""
         self._lost = True
 
     @property
@@ -138,11 +137,9 @@ class Runtime:
         now = time.monotonic()
         if now - self._last_check >= self._check_interval:
             self._last_check = now
-            try:
+            with contextlib.suppress(InfrastructureError):
                 if not self._store.still_mine(self.task_id, self.worker):
                     self._lost = True
-            except InfrastructureError:
-                pass
         return self._lost
 
     def renew_lease(self, lease_s: float) -> None:
@@ -172,6 +169,7 @@ class Runtime:
             self.mark_lost()
 
     def flush_if_due(self) -> None:
+        """Write a pending message whose interval has passed (the lease thread calls this)."""
         with self._lock:
             due = self._pending is not None and time.monotonic() - self._last_write >= self._report_interval
         if due:
