@@ -16,6 +16,7 @@ from celery import Celery
 from celery.schedules import schedule
 from celery.utils.imports import symbol_by_name
 
+from mcp_celery_tasks.broker import profile_for
 from mcp_celery_tasks.channel import RUN_TOOL
 from mcp_celery_tasks.registry import load_tool_modules
 from mcp_celery_tasks.settings import Settings
@@ -38,13 +39,6 @@ SWEEP = "mcp_celery_tasks.sweep"
 def create_app(settings: Settings) -> Celery:
     """A configured Celery app with no task bodies (publishing, beat, inspection)."""
     app = Celery("mcp_celery_tasks", broker=settings.broker_url, set_as_current=False)
-    transport_options: dict[str, Any] = {}
-    if settings.broker_url.startswith(("redis", "rediss")):
-        # Above the longest job including input waits: the lease sweeper, not the visibility
-        # timeout, is the fast recovery path after a crash.
-        transport_options["visibility_timeout"] = settings.redis_visibility_timeout_seconds
-    if settings.broker_url.startswith("amqp"):
-        transport_options["confirm_publish"] = True
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -56,7 +50,7 @@ def create_app(settings: Settings) -> Celery:
         task_default_queue=settings.default_queue,
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=4.0,
-        broker_transport_options=transport_options,
+        broker_transport_options=profile_for(settings.broker_url).transport_options(settings),
         worker_hijack_root_logger=False,
         worker_send_task_events=settings.worker_task_events,
         beat_schedule=beat_schedule(settings),

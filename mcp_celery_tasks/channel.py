@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kombu import Consumer, Exchange, Queue
-from kombu.exceptions import OperationalError
 
 from mcp_celery_tasks import metrics
+from mcp_celery_tasks.broker import profile_for
 
 __all__ = [
     "RUN_TOOL",
@@ -69,24 +69,9 @@ def publish_job(app: Any, job_id: str, queue_name: str, headers: dict[str, str] 
 
 
 def queue_depth(app: Any, queue_name: str, timeout_s: float = 5.0) -> int | None:
-    """Messages waiting in ``queue_name`` (those delivered to a worker are not counted); None
-    when the broker cannot be asked. A queue that does not exist holds none (Redis has no
-    empty queues: an empty list is no key)."""
-    with app.connection_for_write() as conn:
-        try:
-            conn.ensure_connection(max_retries=1, timeout=timeout_s)
-            channel = conn.channel()
-        except (*conn.connection_errors, OperationalError):
-            return None
-        try:
-            return int(channel.queue_declare(queue=queue_name, passive=True).message_count)
-        except conn.channel_errors:
-            return 0
-        except (*conn.connection_errors, OperationalError):
-            return None
-        finally:
-            with contextlib.suppress(Exception):
-                channel.close()
+    """Messages waiting in ``queue_name``; None when the broker cannot be asked (what counts as
+    waiting is the broker profile's business)."""
+    return profile_for(app.conf.broker_url).queue_depth(app, queue_name, timeout_s)
 
 
 def send_wake(app: Any, inbox: str, task_id: str, timeout_s: float = 5.0) -> None:

@@ -1,13 +1,13 @@
 """The one object tool authors see while their tool runs as a task.
 
 No Celery, SQL or broker in sight: the worker binds a ``TaskContext`` per job (a ContextVar)
-and gives it a small runtime that knows how to write a status message and whether the task
-is still ours to run.
+and gives it a small runtime (``TaskRuntime``) that writes status messages, knows whether the
+task is still ours to run, and waits for input. The context holds what is the tool author's:
+capability checks and input keys; the runtime never refers back to it.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,12 +26,19 @@ Ask = tuple[str, dict[str, Any] | None]
 
 
 class TaskRuntime(Protocol):
-    """What a context needs from the worker that runs it."""
+    """What a context needs from the worker that runs it (``runtime.Runtime``)."""
 
-    def write_status(self, message: str) -> None: ...
+    def report(self, message: str) -> None:
+        """Set the status message (coalesced; the latest always lands)."""
+        ...
 
-    def still_running(self) -> bool:
-        """True while the task is active and this worker holds it (a fresh row read)."""
+    def flush(self) -> None:
+        """Write a pending status message now."""
+        ...
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the task was cancelled or taken from this worker (cheap: cached briefly)."""
         ...
 
     def ask(
@@ -68,9 +75,7 @@ class TaskContext:
         strict_capabilities: bool = True,
         input_timeout_s: float = 1500.0,
         max_outstanding_inputs: int = 16,
-        report_interval_s: float = 0.25,
-        cancel_check_interval_s: float = 0.2,
-        max_status_chars: int = 1024,
+        sleep_slice_s: float = 0.2,
     ) -> None:
         self.task_id = task_id
         self.job_id = job_id
@@ -78,14 +83,7 @@ class TaskContext:
         self.attempt = attempt
         self.preflight: dict[str, Any] = dict(preflight or {})
         self._runtime = runtime
-        self._report_interval = report_interval_s
-        self._check_interval = cancel_check_interval_s
-        self._max_status_chars = max_status_chars
-        self._lock = threading.Lock()
-        self._pending: str | None = None
-        self._last_write = 0.0
-        self._last_check = 0.0
-        self._cancelled = False
+        self._sleep_slice = sleep_slice_s
         self._capabilities: dict[str, Any] = dict(client_capabilities or {})
         self._strict = strict_capabilities
         self._input_timeout_s = input_timeout_s
@@ -101,41 +99,18 @@ class TaskContext:
         Writes are coalesced to one per ``report_interval``; the latest message always lands
         (the worker flushes it in the background and before the outcome is recorded).
         """
-        message = message[: self._max_status_chars]
-        with self._lock:
-            self._pending = message
-            due = time.monotonic() - self._last_write >= self._report_interval
-        if due:
-            self.flush()
+        self._runtime.report(message)
 
     def flush(self) -> None:
         """Write a pending status message now (called by the worker; harmless for tools)."""
-        with self._lock:
-            message, self._pending = self._pending, None
-            if message is None:
-                return
-            self._last_write = time.monotonic()
-        self._runtime.write_status(message)
-
-    def _flush_if_due(self) -> None:
-        with self._lock:
-            due = self._pending is not None and time.monotonic() - self._last_write >= self._report_interval
-        if due:
-            self.flush()
+        self._runtime.flush()
 
     # ---- cancellation ------------------------------------------------------------------
 
     @property
     def cancelled(self) -> bool:
         """Whether the task was cancelled (or taken from this worker). Cheap: cached briefly."""
-        if self._cancelled:
-            return True
-        now = time.monotonic()
-        if now - self._last_check >= self._check_interval:
-            self._last_check = now
-            if not self._runtime.still_running():
-                self._cancelled = True
-        return self._cancelled
+        return self._runtime.cancelled
 
     def raise_if_cancelled(self) -> None:
         """Raise ``TaskCancelled`` if the task was cancelled: call it between steps."""
@@ -150,7 +125,7 @@ class TaskContext:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            time.sleep(min(left, self._check_interval))
+            time.sleep(min(left, self._sleep_slice))
 
     # ---- input requests --------------------------------------------------------------------
 
@@ -223,10 +198,6 @@ class TaskContext:
         self.raise_if_cancelled()
         answers = self._runtime.ask(prepared, self._input_timeout_s)
         return {key: answers[key] for key in order}
-
-    def mark_lost(self) -> None:
-        """The worker learned the task is no longer ours (cancelled or lease lost)."""
-        self._cancelled = True
 
 
 _current: ContextVar[TaskContext | None] = ContextVar("mcp_task_context", default=None)

@@ -1,4 +1,5 @@
-"""One exception tree. Every error a client can see knows its JSON-RPC code.
+"""One exception tree, and one deliberate exception outside it. Every error a client can see
+knows its JSON-RPC code.
 
 ::
 
@@ -14,11 +15,15 @@
     │   ├── QuotaExceeded        -32001  (HTTP 429, Retry-After)
     │   └── InternalError        -32603
     ├── ToolError                raised by tool code: the task completes with isError: true
-    │   ├── TaskCancelled        the task was cancelled; the worker stops quietly
     │   ├── InputTimedOut        nobody answered an input request in time
     │   └── InputNotSupported    the client did not declare the kind of input asked for
     ├── McpError                 raised by tool code: the task fails with this JSON-RPC error
     └── InfrastructureError      Postgres or the broker failed; never a tool result (retried)
+
+    BaseException
+    └── TaskCancelled            the task was cancelled; the worker stops quietly. Not an
+                                 Exception (as asyncio.CancelledError): a tool's ``except
+                                 Exception`` or ``except ToolError`` cannot swallow a cancel
 """
 
 from __future__ import annotations
@@ -155,8 +160,15 @@ class ToolError(McpTasksError):
     """
 
 
-class TaskCancelled(ToolError):
-    """The task was cancelled; raised at the tool's next checkpoint."""
+class TaskCancelled(BaseException):
+    """The task was cancelled; raised at the tool's next checkpoint (``raise_if_cancelled``,
+    ``sleep``, an input request).
+
+    A ``BaseException``, for the reason ``asyncio.CancelledError`` is one: tool code wraps its
+    work in ``except Exception:`` (or ``except ToolError:``) to turn failures into results, and
+    such a handler must not catch a cancel and carry on. Let it through; clean up in
+    ``finally``. The worker catches it by name and records that the job stopped.
+    """
 
 
 class InputTimedOut(ToolError):

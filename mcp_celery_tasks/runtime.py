@@ -1,60 +1,204 @@
-"""What a running job's TaskContext stands on: status writes, ownership checks, input waits
-(rows plus the process's inbox), and the thread that keeps the job's lease.
+"""What a running job's ``TaskContext`` stands on: one ``Runtime`` per job.
 
-Worker side only; no Celery here (``worker`` wires it into ``run_tool``).
+The runtime owns the job's link to its row: status reports (coalesced), the "lost" flag (the
+task was cancelled or taken from this worker), ownership checks, and input waits (input rows
+plus the process's inbox). It knows nothing of the context that uses it; the lease thread
+(``leases``) tends runtimes, not contexts. No Celery, no SQL: the store and the inbox come in
+as the two small protocols below.
 """
 
 from __future__ import annotations
 
-import logging
-import os
+import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from mcp_celery_tasks import metrics, tracing
-from mcp_celery_tasks.channel import Inbox
-from mcp_celery_tasks.context import TaskContext
 from mcp_celery_tasks.errors import InfrastructureError, InputTimedOut, TaskCancelled
-from mcp_celery_tasks.store import WorkerStore
+from mcp_celery_tasks.observe import SILENT, JobObserver
+from mcp_celery_tasks.store.records import InputRecord
 
-__all__ = ["LeaseKeeper", "Runtime"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["InboxWaiter", "Runtime", "RuntimeStore"]
 
 _AUTO_KEY = re.compile(r"\d+-[0-9a-f]{16}")
+_REREAD_S = 3.0
+"""While blocked for input, re-read the row at least this often: a lost wake-up costs latency only."""
+
+Requests = dict[str, tuple[str, dict[str, Any] | None, str]]
+"""``{key: (method, params, params hash)}``: the input requests of one ask."""
+
+
+class RuntimeStore(Protocol):
+    """The store calls a running job makes (``WorkerStore`` in production)."""
+
+    def report(self, task_id: str, worker: str, message: str) -> bool: ...
+
+    def still_mine(self, task_id: str, worker: str) -> bool: ...
+
+    def renew_lease(self, task_id: str, worker: str, lease_s: float) -> bool: ...
+
+    def all_inputs(self, task_id: str) -> dict[str, InputRecord]: ...
+
+    def open_inputs(
+        self,
+        task_id: str,
+        worker: str,
+        inbox: str,
+        items: Sequence[dict[str, Any]],
+        supersede: Sequence[str] = (),
+    ) -> bool: ...
+
+    def input_state(self, task_id: str, worker: str, keys: Sequence[str]) -> tuple[bool, dict[str, Any]]: ...
+
+    def expire_inputs(self, task_id: str, worker: str, keys: Sequence[str]) -> None: ...
+
+
+class InboxWaiter(Protocol):
+    """The process's inbox as a waiting job sees it (``channel.Inbox`` in production)."""
+
+    name: str
+
+    def declare(self) -> None: ...
+
+    def wait(self, task_id: str, timeout_s: float) -> bool: ...
+
+
+@dataclass(slots=True)
+class _Plan:
+    """One ask against what earlier runs recorded: answers to replay, rows to open."""
+
+    stored_key: dict[str, str] = field(default_factory=dict)  # the author's key -> the row's key
+    to_open: list[dict[str, Any]] = field(default_factory=list)
+    supersede: list[str] = field(default_factory=list)
+    answers: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> dict[str, str]:
+        return {key: stored for key, stored in self.stored_key.items() if key not in self.answers}
 
 
 class Runtime:
-    """The TaskContext's view of the worker: status writes, ownership checks, input waits."""
+    """One job's link to its row: reports, the lost flag, ownership checks, input waits.
 
-    def __init__(self, store: WorkerStore, task_id: str, worker: str, inbox: Callable[[], Inbox]) -> None:
+    Thread-safe where it must be: the job's thread reports and asks, the lease thread flushes
+    and renews.
+    """
+
+    def __init__(
+        self,
+        store: RuntimeStore,
+        *,
+        task_id: str,
+        job_id: str,
+        tool_name: str,
+        worker: str,
+        inbox: Callable[[], InboxWaiter],
+        report_interval_s: float = 0.25,
+        check_interval_s: float = 0.2,
+        max_status_chars: int = 1024,
+        observer: JobObserver = SILENT,
+    ) -> None:
+        self.task_id = task_id
+        self.job_id = job_id
+        self.tool_name = tool_name
+        self.worker = worker
         self._store = store
-        self._task_id = task_id
-        self._worker = worker
         self._inbox = inbox
-        self.ctx: TaskContext | None = None
+        self._report_interval = report_interval_s
+        self._check_interval = check_interval_s
+        self._max_status_chars = max_status_chars
+        self._observer = observer
+        self._lock = threading.Lock()
+        self._pending: str | None = None
+        self._last_write = 0.0
+        self._last_check = 0.0
+        self._lost = False
 
-    def write_status(self, message: str) -> None:
-        if not self._store.report(self._task_id, self._worker, message) and self.ctx is not None:
-            self.ctx.mark_lost()
+    # ---- the lost flag -----------------------------------------------------------------------
 
-    def still_running(self) -> bool:
-        try:
-            return self._store.still_mine(self._task_id, self._worker)
-        except InfrastructureError:
-            return True  # an unreadable row is not a cancel; the lease decides
+    @property
+    def lost(self) -> bool:
+        """Whether the worker already learned the task is no longer its to run."""
+        return self._lost
 
-    def ask(
-        self, requests: dict[str, tuple[str, dict[str, Any] | None, str]], timeout_s: float
-    ) -> dict[str, Any]:
-        recorded = self._store.all_inputs(self._task_id)
-        stored_key: dict[str, str] = {}
-        to_open: list[dict[str, Any]] = []
-        supersede: list[str] = []
+    def mark_lost(self) -> None:
+        """The task is no longer ours (cancelled, or the lease taken): every later check says so."""
+        self._lost = True
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the task was cancelled or taken from this worker. A fresh row read at most
+        every ``check_interval``; an unreadable row is not a cancel (the lease decides)."""
+        if self._lost:
+            return True
+        now = time.monotonic()
+        if now - self._last_check >= self._check_interval:
+            self._last_check = now
+            with contextlib.suppress(InfrastructureError):
+                if not self._store.still_mine(self.task_id, self.worker):
+                    self._lost = True
+        return self._lost
+
+    def renew_lease(self, lease_s: float) -> None:
+        """Extend the lease; a refusal means the row is no longer ours."""
+        if not self._store.renew_lease(self.task_id, self.worker, lease_s):
+            self.mark_lost()
+
+    # ---- status reports ------------------------------------------------------------------
+
+    def report(self, message: str) -> None:
+        """Set the status message, at most one write per ``report_interval``; the latest always
+        lands (the lease thread flushes it, and the runner before the outcome)."""
+        with self._lock:
+            self._pending = message[: self._max_status_chars]
+            due = time.monotonic() - self._last_write >= self._report_interval
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write a pending status message now."""
+        with self._lock:
+            message, self._pending = self._pending, None
+            if message is None:
+                return
+            self._last_write = time.monotonic()
+        if not self._store.report(self.task_id, self.worker, message):
+            self.mark_lost()
+
+    def flush_if_due(self) -> None:
+        """Write a pending message whose interval has passed (the lease thread calls this)."""
+        with self._lock:
+            due = self._pending is not None and time.monotonic() - self._last_write >= self._report_interval
+        if due:
+            self.flush()
+
+    # ---- input requests --------------------------------------------------------------------
+
+    def ask(self, requests: Requests, timeout_s: float) -> dict[str, Any]:
+        """Make ``{key: (method, params, hash)}`` outstanding and block until all are answered.
+
+        Answers recorded by an earlier run of the same job are returned at once; raises
+        ``TaskCancelled`` if the task stops being ours, ``InputTimedOut`` after ``timeout_s``.
+        """
+        plan = self._plan(requests, self._store.all_inputs(self.task_id))
+        pending = plan.pending
+        if not pending:
+            return plan.answers
+        inbox = self._inbox()
+        inbox.declare()  # the queue exists before any client can see the request
+        if not self._store.open_inputs(self.task_id, self.worker, inbox.name, plan.to_open, plan.supersede):
+            self.mark_lost()
+            raise TaskCancelled("the task was cancelled")
+        with self._observer.waiting_for_input(self.tool_name, len(pending)):
+            answers = self._wait(inbox, list(pending.values()), time.monotonic() + timeout_s, timeout_s)
+        return {**plan.answers, **{key: answers[stored] for key, stored in pending.items()}}
+
+    @staticmethod
+    def _plan(requests: Requests, recorded: dict[str, InputRecord]) -> _Plan:
+        plan = _Plan()
         for key, (method, params, digest) in requests.items():
             aliases = [key, *sorted(k for k in recorded if k.startswith(key + "~"))]
             match = next(
@@ -66,13 +210,13 @@ class Runtime:
                 None,
             )
             if match is not None:
-                stored_key[key] = match  # asked before (a re-run): replay the answer or wait on
+                plan.stored_key[key] = match  # asked before (a re-run): replay the answer or wait on
                 continue
             if _AUTO_KEY.fullmatch(key):
                 # An automatic key is ``<ordinal>-<hash>``: the same ordinal with another hash
                 # is the question this re-run no longer asks; it must not stay outstanding.
                 ordinal = key.split("-", 1)[0] + "-"
-                supersede += [
+                plan.supersede += [
                     k
                     for k, row in recorded.items()
                     if k.startswith(ordinal) and k != key and row.response is None and not row.superseded
@@ -80,131 +224,31 @@ class Runtime:
             new_key = key
             if key in recorded:
                 # The key once named another request: never reuse it (S-26); ask anew.
-                supersede += [k for k in aliases if k in recorded and recorded[k].response is None]
+                plan.supersede += [k for k in aliases if k in recorded and recorded[k].response is None]
                 suffix = 2
                 while f"{key}~{suffix}" in recorded:
                     suffix += 1
                 new_key = f"{key}~{suffix}"
-            stored_key[key] = new_key
-            to_open.append({"key": new_key, "method": method, "params": params, "params_hash": digest})
-        answers = {
+            plan.stored_key[key] = new_key
+            plan.to_open.append({"key": new_key, "method": method, "params": params, "params_hash": digest})
+        plan.answers = {
             key: recorded[stored].response
-            for key, stored in stored_key.items()
+            for key, stored in plan.stored_key.items()
             if stored in recorded and recorded[stored].response is not None
         }
-        pending = {key: stored for key, stored in stored_key.items() if key not in answers}
-        if not pending:
-            return answers
-        inbox = self._inbox()
-        inbox.declare()  # the queue exists before any client can see the request
-        if not self._store.open_inputs(self._task_id, self._worker, inbox.name, to_open, supersede):
-            raise TaskCancelled("the task was cancelled")
-        deadline = time.monotonic() + timeout_s
-        keys = list(pending.values())
-        tool = self.ctx.tool_name if self.ctx is not None else "unknown"
-        waiting_since = time.monotonic()
-        metrics.inputs_waiting.labels(tool).inc()
-        try:
-            with tracing.tracer.start_as_current_span("input wait") as span:
-                span.set_attribute("mcp.inputs", len(keys))
-                return self._wait_for_answers(inbox, pending, keys, answers, deadline, timeout_s)
-        finally:
-            metrics.inputs_waiting.labels(tool).dec()
-            metrics.input_wait_seconds.labels(tool).observe(time.monotonic() - waiting_since)
+        return plan
 
-    def _wait_for_answers(
-        self,
-        inbox: Inbox,
-        pending: dict[str, str],
-        keys: list[str],
-        answers: dict[str, Any],
-        deadline: float,
-        timeout_s: float,
-    ) -> dict[str, Any]:
+    def _wait(self, inbox: InboxWaiter, keys: list[str], deadline: float, timeout_s: float) -> dict[str, Any]:
+        """Block until every one of ``keys`` (row keys) has an answer; the answers by row key."""
         while True:
-            mine, recorded_answers = self._store.input_state(self._task_id, self._worker, keys)
+            mine, answers = self._store.input_state(self.task_id, self.worker, keys)
             if not mine:
-                if self.ctx is not None:
-                    self.ctx.mark_lost()
+                self.mark_lost()
                 raise TaskCancelled("the task was cancelled")
-            if all(stored in recorded_answers for stored in keys):
-                answers.update({key: recorded_answers[stored] for key, stored in pending.items()})
+            if all(key in answers for key in keys):
                 return answers
             left = deadline - time.monotonic()
             if left <= 0:
-                self._store.expire_inputs(self._task_id, self._worker, keys)
+                self._store.expire_inputs(self.task_id, self.worker, keys)
                 raise InputTimedOut(f"Nobody answered the input request within {timeout_s:.0f} s")
-            # Re-read on every wake-up and every few seconds: a lost wake-up costs latency only.
-            inbox.wait(self._task_id, min(left, 3.0))
-
-
-@dataclass(slots=True)
-class _Lease:
-    ctx: TaskContext
-    worker: str
-    renewed: float
-
-
-class LeaseKeeper:
-    """Renews the leases of the jobs running in this process (CPU-bound tools never touch ctx)
-    and flushes their coalesced status messages.
-
-    One thread, started with the first job in the process and kept for every later one: a thread
-    per job cost a fifth of a noop job's time (py-spy). Idle, it sleeps until a job comes.
-    """
-
-    TICK_S = 0.25
-    RELEASE_WAIT_S = 5.0
-
-    def __init__(self, store: WorkerStore, lease_s: float) -> None:
-        self._store = store
-        self._lease_s = lease_s
-        self._pid: int | None = None  # the process whose thread this is (a fork has none)
-
-    def _start(self) -> None:
-        self._pid = os.getpid()
-        self._jobs: dict[str, _Lease] = {}
-        self._lock = threading.Lock()
-        self._has_jobs = threading.Condition(self._lock)
-        threading.Thread(target=self._loop, name="mcp-leases", daemon=True).start()
-
-    def watch(self, ctx: TaskContext, worker: str) -> None:
-        if self._pid != os.getpid():
-            self._start()
-        with self._lock:
-            self._jobs[ctx.task_id] = _Lease(ctx, worker, time.monotonic())
-            self._has_jobs.notify()
-
-    def release(self, ctx: TaskContext) -> None:
-        """From here on the keeper leaves ``ctx`` alone (a renewal under way ends first)."""
-        locked = self._lock.acquire(timeout=self.RELEASE_WAIT_S)
-        try:
-            self._jobs.pop(ctx.task_id, None)
-        finally:
-            if locked:
-                self._lock.release()
-
-    def _loop(self) -> None:
-        renew_every = self._lease_s / 3
-        while True:
-            with self._lock:
-                while not self._jobs:
-                    self._has_jobs.wait()
-            time.sleep(self.TICK_S)
-            with self._lock:
-                for lease in list(self._jobs.values()):
-                    self._tend(lease, renew_every)
-
-    def _tend(self, lease: _Lease, renew_every: float) -> None:
-        try:
-            lease.ctx._flush_if_due()
-            now = time.monotonic()
-            if now - lease.renewed >= renew_every:
-                lease.renewed = now
-                if not self._store.renew_lease(lease.ctx.task_id, lease.worker, self._lease_s):
-                    lease.ctx.mark_lost()
-        except InfrastructureError:
-            logger.warning("lease renewal failed for job %s", lease.ctx.job_id, exc_info=True)
-        except Exception:
-            # Never let one job's failure stop the thread that keeps every later job's lease.
-            logger.exception("lease keeping failed for job %s", lease.ctx.job_id)
+            inbox.wait(self.task_id, min(left, _REREAD_S))

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp_types import jsonrpc as codes
 
-from tests.support import Client, Stack
+from tests.support import Client, Stack, wait_until
 
 
 def test_tasked_call_answers_a_flat_create_result_then_completes(client: Client) -> None:
@@ -80,6 +81,19 @@ def test_cancel_stops_a_running_job_and_the_worker_records_that_it_stopped(
     row = wait_until(lambda: (r := stack.row(task_id))["finished_at"] and r, 10, what="the worker to stop")
     assert row["status"] == "cancelled" and row["result"] is None
     assert row["lease_until"] is None
+
+
+@pytest.mark.parametrize("catch", ["ToolError", "Exception"])
+def test_cancel_stops_a_tool_that_wraps_its_work_in_a_broad_except(
+    client: Client, stack: Stack, catch: str
+) -> None:
+    task_id = client.start("t_swallows_errors", {"catch": catch, "seconds": 60})
+    wait_until(lambda: stack.row(task_id)["started_at"] is not None, 15, what="the job to start")
+    client.cancel(task_id)
+    # Far sooner than the 60 s the tool would run if its handler had swallowed the cancel.
+    row = wait_until(lambda: (r := stack.row(task_id))["finished_at"] and r, 10, what="the worker to stop")
+    assert row["status"] == "cancelled" and row["result"] is None and row["lease_until"] is None
+    assert not (row["status_message"] or "").startswith("ignored")
 
 
 def test_status_message_shows_progress(client: Client) -> None:

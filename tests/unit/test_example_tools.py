@@ -29,11 +29,15 @@ class Runtime:
     def __init__(self) -> None:
         self.statuses: list[str] = []
 
-    def write_status(self, message: str) -> None:
+    def report(self, message: str) -> None:
         self.statuses.append(message)
 
-    def still_running(self) -> bool:
-        return True
+    def flush(self) -> None:
+        pass
+
+    @property
+    def cancelled(self) -> bool:
+        return False
 
     def ask(self, requests: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         raise AssertionError(f"unexpected input request {requests}")

@@ -16,12 +16,14 @@ PACKAGE_DIR = Path(mcp_celery_tasks.__file__).resolve().parent
 
 SERVER_SIDE = (
     "server", "app", "dispatch", "methods", "rpc", "modern", "legacy", "push", "mrtr", "service",
-    "events", "auth",
+    "events", "auth", "quotas",
 )  # fmt: skip
 """DESIGN §4's server side: the HTTP edge, the composition root, the protocol and the service."""
-WORKER_ONLY = ("worker", "runner", "runtime", "gc")
+WORKER_ONLY = ("worker", "gc", "runner", "runtime", "leases", "observe")
 """The worker side: the Celery glue, the job runner, the runtime under a job's context, beat jobs
 (``context`` itself is the tool authors' API, which the registry reads on both sides)."""
+CELERY_FREE = ("runner", "runtime", "leases", "observe", "context")
+"""The job pipeline: everything but ``worker.run_tool`` itself, testable without Celery."""
 SERVER_ONLY = tuple(name for name in SERVER_SIDE if name != "auth")
 
 
@@ -120,6 +122,19 @@ def direct_imports(module: str) -> frozenset[str]:
     return frozenset(found)
 
 
+@functools.cache
+def library_imports(module: str) -> frozenset[str]:
+    """Top-level names of the libraries ``module`` imports at run time."""
+    tree = ast.parse(MODULES[module].read_text(), filename=str(MODULES[module]))
+    found: set[str] = set()
+    for node in _runtime_imports(tree.body):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return frozenset(found - {PACKAGE})
+
+
 def reachable(module: str) -> set[str]:
     """Every package module that importing ``module`` runs, itself and its parents included."""
     seen: set[str] = set()
@@ -158,3 +173,16 @@ def test_worker_never_imports_the_server_side() -> None:
 
 def test_gc_never_imports_the_server_side() -> None:
     assert not reachable(f"{PACKAGE}.gc") & qualified(SERVER_ONLY)
+
+
+@pytest.mark.parametrize("module", CELERY_FREE)
+def test_the_job_pipeline_never_imports_celery(module: str) -> None:
+    reached = reachable(f"{PACKAGE}.{module}")
+    assert not reached & qualified(("celery_app", "worker", "cli"))
+    assert not any("celery" in library_imports(name) for name in reached)
+
+
+def test_the_import_graph_sees_known_libraries() -> None:
+    # Guards the test above against passing because no library import was seen.
+    assert "celery" in library_imports(f"{PACKAGE}.worker")
+    assert "kombu" in library_imports(f"{PACKAGE}.broker")

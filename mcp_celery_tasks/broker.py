@@ -1,0 +1,128 @@
+"""Where brokers differ: one profile class per broker, chosen from the broker URL.
+
+A profile owns everything that is not the same on Redis and RabbitMQ: the Celery transport
+options, the limit past which the broker takes an unacknowledged job back (checked against the
+tools' input timeouts when a worker starts), and what "messages waiting in a queue" means. The
+rest of the package asks ``profile_for(url)`` and never looks at a URL scheme itself; a third
+broker is one new subclass (it registers its schemes by being defined).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from kombu.exceptions import OperationalError
+
+from mcp_celery_tasks.settings import Settings
+
+__all__ = ["BrokerProfile", "RabbitMQProfile", "RedeliveryLimit", "RedisProfile", "profile_for"]
+
+KOMBU_REDIS_VISIBILITY_TIMEOUT_S = 3600.0
+"""kombu's Redis default when the transport options do not set one."""
+
+
+@dataclass(frozen=True, slots=True)
+class RedeliveryLimit:
+    """How long the broker lets a job stay unacknowledged, and what the operator calls that."""
+
+    seconds: float
+    name: str
+
+
+class BrokerProfile:
+    """A broker with no special handling: no transport options, no known redelivery limit.
+
+    Also the profile of a broker no subclass claims, so an unknown broker behaves as before
+    profiles existed.
+    """
+
+    schemes: ClassVar[tuple[str, ...]] = ()
+    """URL schemes (the transport part, before any ``+``) this profile is chosen for."""
+
+    _registry: ClassVar[dict[str, type[BrokerProfile]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for scheme in cls.schemes:
+            BrokerProfile._registry[scheme] = cls
+
+    def transport_options(self, settings: Settings) -> dict[str, Any]:
+        """Celery's ``broker_transport_options`` for an app built from ``settings``."""
+        return {}
+
+    def redelivery_limit(
+        self, transport_options: Mapping[str, Any], settings: Settings
+    ) -> RedeliveryLimit | None:
+        """How long a job may run unacknowledged before the broker acts; None if unknown.
+
+        ``transport_options`` are the app's own (a team's app may set them differently from
+        ``settings``).
+        """
+        return None
+
+    def queue_depth(self, app: Any, queue_name: str, timeout_s: float = 5.0) -> int | None:
+        """Messages waiting in ``queue_name`` (those delivered to a worker are not counted); None
+        when the broker cannot be asked. A queue that does not exist holds none."""
+        with app.connection_for_write() as conn:
+            try:
+                conn.ensure_connection(max_retries=1, timeout=timeout_s)
+                channel = conn.channel()
+            except (*conn.connection_errors, OperationalError):
+                return None
+            try:
+                return int(channel.queue_declare(queue=queue_name, passive=True).message_count)
+            except conn.channel_errors:
+                return 0
+            except (*conn.connection_errors, OperationalError):
+                return None
+            finally:
+                with contextlib.suppress(Exception):
+                    channel.close()
+
+
+class RedisProfile(BrokerProfile):
+    """Redis: a job that stays unacknowledged past ``visibility_timeout`` is delivered again.
+
+    Queue depth: a Redis queue is a list, and an empty list is no key at all, so a queue that
+    does not exist is the normal empty case (0). A message delivered to a worker that then lost
+    its connection is kept aside until the visibility timeout, not counted as waiting.
+    """
+
+    schemes = ("redis", "rediss")
+
+    def transport_options(self, settings: Settings) -> dict[str, Any]:
+        # Above the longest job including input waits: the lease sweeper, not the visibility
+        # timeout, is the fast recovery path after a crash.
+        return {"visibility_timeout": settings.redis_visibility_timeout_seconds}
+
+    def redelivery_limit(self, transport_options: Mapping[str, Any], settings: Settings) -> RedeliveryLimit:
+        seconds = float(transport_options.get("visibility_timeout", KOMBU_REDIS_VISIBILITY_TIMEOUT_S))
+        return RedeliveryLimit(seconds, "Redis visibility_timeout")
+
+
+class RabbitMQProfile(BrokerProfile):
+    """RabbitMQ: past ``consumer_timeout`` the broker closes the channel (and Celery 5.7 stops the
+    whole worker); publishes are confirmed, so a job the API published is really queued.
+
+    Queue depth: a passive declare of a queue that does not exist fails (404), and nothing waits
+    there (0); a message whose worker lost its connection is requeued and counted again.
+    """
+
+    schemes = ("amqp", "amqps", "pyamqp")
+
+    def transport_options(self, settings: Settings) -> dict[str, Any]:
+        return {"confirm_publish": True}
+
+    def redelivery_limit(self, transport_options: Mapping[str, Any], settings: Settings) -> RedeliveryLimit:
+        # Set on the server (rabbitmq.conf), not by the client: the setting mirrors it.
+        return RedeliveryLimit(settings.rabbitmq_consumer_timeout_seconds, "RabbitMQ consumer_timeout")
+
+
+def profile_for(broker_url: str | None) -> BrokerProfile:
+    """The profile of the broker at ``broker_url`` (a failover list uses its first URL)."""
+    first = (broker_url or "").split(";", 1)[0].strip()
+    scheme = first.partition("://")[0].partition("+")[0].lower()  # redis+socket:// is Redis
+    return BrokerProfile._registry.get(scheme, BrokerProfile)()

@@ -1,0 +1,310 @@
+"""Test doubles for the worker's unit tests: an in-memory store and an inbox.
+
+``MemoryStore`` implements exactly the ``WorkerStore`` methods the runner, the runtime and the
+lease keeper call, with the guards of the SQL in ``store/queries.py``: terminal rows never
+change, a worker's writes are fenced by ``worker = me``, the claim honours leases, cancels and
+the attempt cap. The integration tests check the SQL itself; these check the code above it, in
+milliseconds. Test helpers (``add``, ``cancel``, ``answer``, ``fail``) play the API's part.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.store.records import ClaimedTask, InputRecord
+
+ACTIVE = ("working", "input_required")
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+@dataclass
+class Row:
+    """One ``mcp_tasks`` row (the columns the worker side reads or writes)."""
+
+    task_id: str
+    job_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    status: str = "working"
+    status_message: str | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    preflight: dict[str, Any] | None = None
+    client_capabilities: dict[str, Any] = field(default_factory=dict)
+    queue: str = "mcp.default"
+    attempts: int = 0
+    max_attempts: int = 3
+    worker: str | None = None
+    lease_until: float | None = None
+    inbox: str | None = None
+    cancel_requested: bool = False
+    started: bool = False
+    finished: bool = False
+    created_at: float = field(default_factory=time.monotonic)
+    inputs: dict[str, InputRecord] = field(default_factory=dict)
+
+
+class MemoryStore:
+    """An in-memory ``WorkerStore`` for the worker side (same guards as the SQL)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rows: dict[str, Row] = {}
+        self.calls: list[str] = []
+        self._failures: dict[str, int] = {}
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    # ---- helpers for tests -------------------------------------------------------------------
+
+    def add(self, tool_name: str, arguments: dict[str, Any] | None = None, **columns: Any) -> Row:
+        """A new active row, as the API would create it."""
+        task_id = columns.pop("task_id", uuid.uuid4().hex)
+        job_id = columns.pop("job_id", uuid.uuid4().hex)
+        row = Row(task_id=task_id, job_id=job_id, tool_name=tool_name, arguments=arguments or {}, **columns)
+        self.rows[task_id] = row
+        return row
+
+    def fail(self, method: str, times: int = 1) -> None:
+        """The next ``times`` calls of ``method`` raise ``InfrastructureError`` (a database outage)."""
+        self._failures[method] = times
+
+    def cancel(self, task_id: str) -> None:
+        """tasks/cancel: an active row becomes cancelled; its outstanding inputs vanish."""
+        row = self.rows[task_id]
+        if row.status in ACTIVE:
+            row.status, row.cancel_requested = "cancelled", True
+            for key, rec in row.inputs.items():
+                if rec.response is None:
+                    row.inputs[key] = replace(rec, superseded=True)
+
+    def answer(self, task_id: str, key: str, response: dict[str, Any]) -> None:
+        """tasks/update: record an answer to an outstanding key; back to working when none remain."""
+        row = self.rows[task_id]
+        rec = row.inputs.get(key)
+        if rec is None or rec.response is not None or rec.superseded:
+            return
+        row.inputs[key] = replace(rec, response=response)
+        if row.status == "input_required" and not self._outstanding(row):
+            row.status = "working"
+
+    def outstanding(self, task_id: str) -> list[str]:
+        return sorted(self._outstanding(self.rows[task_id]))
+
+    def by_job(self, job_id: str) -> Row | None:
+        return next((row for row in self.rows.values() if row.job_id == job_id), None)
+
+    # ---- claim and lease -----------------------------------------------------------------------
+
+    def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None:
+        self._call("claim")
+        row = self.by_job(job_id)
+        now = self._clock()
+        if row is None or row.status not in ACTIVE or row.cancel_requested:
+            return None
+        if row.lease_until is not None and row.lease_until >= now and row.worker != worker:
+            return None
+        if row.attempts >= row.max_attempts:
+            return None
+        row.worker, row.lease_until, row.started = worker, now + lease_s, True
+        row.attempts += 1
+        return ClaimedTask(
+            task_id=row.task_id,
+            job_id=row.job_id,
+            tool_name=row.tool_name,
+            arguments=row.arguments,
+            preflight=row.preflight,
+            client_capabilities=row.client_capabilities,
+            attempts=row.attempts,
+            max_attempts=row.max_attempts,
+            queue=row.queue,
+            age_s=now - row.created_at,
+        )
+
+    def job_state(self, job_id: str) -> dict[str, Any] | None:
+        self._call("job_state")
+        row = self.by_job(job_id)
+        if row is None:
+            return None
+        left = max(0.0, row.lease_until - self._clock()) if row.lease_until is not None else 0.0
+        return {
+            "task_id": row.task_id,
+            "status": row.status,
+            "attempts": row.attempts,
+            "max_attempts": row.max_attempts,
+            "worker": row.worker,
+            "lease_left_s": left,
+        }
+
+    def fail_exhausted(self, job_id: str, error: dict[str, Any], message: str) -> bool:
+        self._call("fail_exhausted")
+        row = self.by_job(job_id)
+        if row is None or row.status not in ACTIVE or row.attempts < row.max_attempts:
+            return False
+        if row.lease_until is not None and row.lease_until >= self._clock():
+            return False
+        row.status, row.error, row.status_message = "failed", error, message
+        row.finished, row.lease_until = True, None
+        return True
+
+    def renew_lease(self, task_id: str, worker: str, lease_s: float) -> bool:
+        self._call("renew_lease")
+        row = self._mine(task_id, worker)
+        if row is None:
+            return False
+        row.lease_until = self._clock() + lease_s
+        return True
+
+    def release(self, task_id: str, worker: str) -> None:
+        self._call("release")
+        row = self._mine(task_id, worker)
+        if row is not None:
+            row.lease_until = None
+
+    # ---- while running -------------------------------------------------------------------------
+
+    def still_mine(self, task_id: str, worker: str) -> bool:
+        self._call("still_mine")
+        return self._mine(task_id, worker) is not None
+
+    def report(self, task_id: str, worker: str, message: str) -> bool:
+        self._call("report")
+        row = self._mine(task_id, worker)
+        if row is None:
+            return False
+        row.status_message = message
+        return True
+
+    # ---- input requests ------------------------------------------------------------------------
+
+    def all_inputs(self, task_id: str) -> dict[str, InputRecord]:
+        self._call("all_inputs")
+        return dict(self.rows[task_id].inputs)
+
+    def open_inputs(
+        self,
+        task_id: str,
+        worker: str,
+        inbox: str,
+        items: Sequence[dict[str, Any]],
+        supersede: Sequence[str] = (),
+    ) -> bool:
+        self._call("open_inputs")
+        row = self._mine(task_id, worker)
+        if row is None:
+            return False
+        row.status, row.inbox = "input_required", inbox
+        for key in supersede:
+            rec = row.inputs.get(key)
+            if rec is not None and rec.response is None:
+                row.inputs[key] = replace(rec, superseded=True)
+        for item in items:
+            if item["key"] not in row.inputs:  # ON CONFLICT DO NOTHING
+                row.inputs[item["key"]] = InputRecord(
+                    item["key"], item["method"], item["params"], item["params_hash"], None, False
+                )
+        return True
+
+    def input_state(self, task_id: str, worker: str, keys: Sequence[str]) -> tuple[bool, dict[str, Any]]:
+        self._call("input_state")
+        row = self.rows.get(task_id)
+        if row is None:
+            return False, {}
+        answers = {
+            key: rec.response for key, rec in row.inputs.items() if key in keys and rec.response is not None
+        }
+        return row.status in ACTIVE and row.worker == worker, answers
+
+    def expire_inputs(self, task_id: str, worker: str, keys: Sequence[str]) -> None:
+        self._call("expire_inputs")
+        row = self.rows[task_id]
+        for key in keys:
+            rec = row.inputs.get(key)
+            if rec is not None and rec.response is None:
+                row.inputs[key] = replace(rec, superseded=True)
+        if row.worker == worker and row.status == "input_required" and not self._outstanding(row):
+            row.status = "working"
+
+    # ---- outcome -----------------------------------------------------------------------------
+
+    def finish(
+        self,
+        task_id: str,
+        worker: str,
+        status: str,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        message: str | None = None,
+    ) -> bool:
+        self._call("finish")
+        row = self._mine(task_id, worker)
+        if row is None:
+            return False
+        row.status, row.result, row.error = status, result, error
+        row.status_message = message if message is not None else row.status_message
+        row.finished, row.lease_until = True, None
+        return True
+
+    def mark_stopped(self, task_id: str, worker: str) -> None:
+        self._call("mark_stopped")
+        row = self.rows[task_id]
+        if row.worker == worker and not row.finished and row.status in TERMINAL:
+            row.finished, row.lease_until = True, None
+
+    # ---- guards ----------------------------------------------------------------------------------
+
+    def _call(self, method: str) -> None:
+        with self._lock:
+            self.calls.append(method)
+            left = self._failures.get(method, 0)
+            if left:
+                self._failures[method] = left - 1
+                raise InfrastructureError("the task database is unavailable")
+
+    @staticmethod
+    def _outstanding(row: Row) -> set[str]:
+        return {key for key, rec in row.inputs.items() if rec.response is None and not rec.superseded}
+
+    def _mine(self, task_id: str, worker: str) -> Row | None:
+        """The row, if active and held by ``worker`` (the fence of every worker write)."""
+        row = self.rows.get(task_id)
+        if row is None or row.status not in ACTIVE or row.worker != worker:
+            return None
+        return row
+
+
+class FakeInbox:
+    """The process's inbox: ``on_wait`` plays the client (answers, cancels) while a job waits."""
+
+    def __init__(self, on_wait: Callable[[str], None] | None = None, name: str = "mcp.inbox.test") -> None:
+        self.name = name
+        self.declared = 0
+        self.waits = 0
+        self._on_wait = on_wait
+
+    def declare(self) -> None:
+        self.declared += 1
+
+    def wait(self, task_id: str, timeout_s: float) -> bool:
+        self.waits += 1
+        if self._on_wait is None:
+            time.sleep(min(timeout_s, 0.01))
+            return False
+        self._on_wait(task_id)
+        return True
+
+
+def answer_everything(store: MemoryStore, response: dict[str, Any]) -> Callable[[str], None]:
+    """An ``on_wait`` for ``FakeInbox``: the client answers every outstanding request."""
+
+    def on_wait(task_id: str) -> None:
+        for key in store.outstanding(task_id):
+            store.answer(task_id, key, response)
+
+    return on_wait

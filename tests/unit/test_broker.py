@@ -1,0 +1,110 @@
+"""Broker profiles: chosen from the URL; each owns its transport options, redelivery limit and
+queue-depth semantics (the e2e broker tests run the real brokers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from mcp_celery_tasks import TaskContext, tool
+from mcp_celery_tasks.broker import BrokerProfile, RabbitMQProfile, RedeliveryLimit, RedisProfile, profile_for
+from mcp_celery_tasks.celery_app import create_app
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.worker import check_input_timeouts
+
+
+@tool(name="t_unit_broker_waiter", input_timeout=600)
+def _waiter(ctx: TaskContext) -> str:
+    return "never run"
+
+
+@pytest.mark.parametrize(
+    ("url", "profile"),
+    [
+        ("redis://127.0.0.1:6379/0", RedisProfile),
+        ("rediss://cache.example:6380/1", RedisProfile),
+        ("redis+socket:///tmp/redis.sock", RedisProfile),
+        ("amqp://guest:guest@127.0.0.1:5672//", RabbitMQProfile),
+        ("amqps://rabbit.example//", RabbitMQProfile),
+        ("pyamqp://127.0.0.1//", RabbitMQProfile),
+        ("amqp://a//;amqp://b//", RabbitMQProfile),
+        ("memory://", BrokerProfile),
+        ("", BrokerProfile),
+        (None, BrokerProfile),
+    ],
+)
+def test_the_profile_is_chosen_from_the_broker_url(url: str | None, profile: type[BrokerProfile]) -> None:
+    assert type(profile_for(url)) is profile
+
+
+def test_a_new_broker_is_one_new_class() -> None:
+    class QueueServiceProfile(BrokerProfile):
+        schemes = ("unit-test-queues",)
+
+        def redelivery_limit(self, transport_options: Any, settings: Settings) -> RedeliveryLimit:
+            return RedeliveryLimit(42.0, "unit-test visibility")
+
+    found = profile_for("unit-test-queues://somewhere")
+    assert isinstance(found, QueueServiceProfile)
+    assert found.redelivery_limit({}, Settings()) == RedeliveryLimit(42.0, "unit-test visibility")
+
+
+def test_an_app_built_for_redis_carries_the_visibility_timeout() -> None:
+    settings = Settings(broker_url="redis://127.0.0.1:1/0", redis_visibility_timeout_seconds=7200)
+    assert create_app(settings).conf.broker_transport_options == {"visibility_timeout": 7200}
+
+
+def test_an_app_built_for_rabbitmq_confirms_publishes() -> None:
+    settings = Settings(broker_url="amqp://guest:guest@127.0.0.1:1//")
+    assert create_app(settings).conf.broker_transport_options == {"confirm_publish": True}
+
+
+def test_an_unknown_broker_gets_no_transport_options() -> None:
+    assert create_app(Settings(broker_url="memory://")).conf.broker_transport_options == {}
+
+
+def test_the_redis_limit_is_the_apps_own_visibility_timeout_or_kombus_default() -> None:
+    settings = Settings(redis_visibility_timeout_seconds=99)
+    redis = RedisProfile()
+    assert redis.redelivery_limit({"visibility_timeout": 120}, settings) == RedeliveryLimit(
+        120.0, "Redis visibility_timeout"
+    )
+    assert redis.redelivery_limit({}, settings).seconds == 3600.0
+
+
+def test_the_rabbitmq_limit_is_the_configured_consumer_timeout() -> None:
+    settings = Settings(rabbitmq_consumer_timeout_seconds=900)
+    assert RabbitMQProfile().redelivery_limit({}, settings) == RedeliveryLimit(
+        900.0, "RabbitMQ consumer_timeout"
+    )
+
+
+def test_a_worker_refuses_a_team_app_whose_visibility_timeout_is_below_an_input_timeout() -> None:
+    app = Celery("team", broker="redis://127.0.0.1:1/0", set_as_current=False)
+    app.conf.broker_transport_options = {"visibility_timeout": 300}
+    with pytest.raises(SystemExit, match=r"t_unit_broker_waiter.*600 s.*Redis visibility_timeout is 300 s"):
+        check_input_timeouts(app, Settings(input_timeout_seconds=60))
+
+
+def test_a_worker_starts_when_every_input_timeout_fits_the_rabbitmq_consumer_timeout() -> None:
+    app = Celery("team", broker="amqp://guest:guest@127.0.0.1:1//", set_as_current=False)
+    check_input_timeouts(app, Settings(input_timeout_seconds=60, rabbitmq_consumer_timeout_seconds=1800))
+
+
+def test_a_worker_on_an_unknown_broker_has_no_limit_to_check() -> None:
+    app = Celery("team", broker="memory://", set_as_current=False)
+    check_input_timeouts(app, Settings(input_timeout_seconds=10**6))
+
+
+def test_queue_depth_counts_waiting_messages_and_a_missing_queue_holds_none() -> None:
+    app = Celery("depth", broker="memory://", set_as_current=False)
+    profile = profile_for(app.conf.broker_url)
+    assert profile.queue_depth(app, "unit.depth") == 0
+    with app.connection_for_write() as conn:
+        queue = conn.SimpleQueue("unit.depth")
+        queue.put({"n": 1})
+        queue.put({"n": 2})
+        assert profile.queue_depth(app, "unit.depth") == 2
+        queue.close()

@@ -1,0 +1,94 @@
+"""TaskContext, the tool authors' API, over a runtime on the in-memory store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mcp_celery_tasks import InputNotSupported, TaskCancelled, TaskContext
+from mcp_celery_tasks.inputs import ELICIT, elicit_params, params_hash
+from mcp_celery_tasks.runtime import Runtime
+from tests.doubles import FakeInbox, MemoryStore, Row, answer_everything
+
+ME = "host:1:me"
+ACCEPT = {"action": "accept", "content": {"confirm": True}}
+SCHEMA = {"type": "object", "properties": {"confirm": {"type": "boolean"}}}
+
+
+def context_for(
+    store: MemoryStore, inbox: FakeInbox | None = None, **options: Any
+) -> tuple[TaskContext, Row]:
+    row = store.add("some_tool")
+    store.claim(row.job_id, ME, 30.0)
+    box = inbox or FakeInbox()
+    runtime = Runtime(
+        store,
+        task_id=row.task_id,
+        job_id=row.job_id,
+        tool_name=row.tool_name,
+        worker=ME,
+        inbox=lambda: box,
+        check_interval_s=0.0,
+    )
+    ctx = TaskContext(
+        task_id=row.task_id,
+        job_id=row.job_id,
+        tool_name=row.tool_name,
+        attempt=1,
+        preflight={"name": {"action": "accept"}},
+        runtime=runtime,
+        client_capabilities={"elicitation": {}},
+        sleep_slice_s=0.01,
+        **options,
+    )
+    return ctx, row
+
+
+def test_report_and_cancelled_go_through_the_runtime() -> None:
+    store = MemoryStore()
+    ctx, row = context_for(store)
+    ctx.report("halfway")
+    assert row.status_message == "halfway"
+    assert not ctx.cancelled
+    store.cancel(row.task_id)
+    assert ctx.cancelled
+    with pytest.raises(TaskCancelled):
+        ctx.raise_if_cancelled()
+
+
+def test_sleep_wakes_early_with_task_cancelled() -> None:
+    store = MemoryStore()
+    ctx, row = context_for(store)
+    store.cancel(row.task_id)
+    with pytest.raises(TaskCancelled):
+        ctx.sleep(60)
+
+
+def test_an_automatic_key_is_the_ordinal_and_the_request_hash() -> None:
+    store = MemoryStore()
+    ctx, row = context_for(store, FakeInbox(answer_everything(store, ACCEPT)))
+    assert ctx.elicit("Sure?", SCHEMA).action == "accept"
+    digest = params_hash(ELICIT, elicit_params("Sure?", SCHEMA))
+    assert list(row.inputs) == [f"1-{digest}"]
+
+
+def test_an_explicit_key_reused_for_another_request_raises() -> None:
+    store = MemoryStore()
+    ctx, _ = context_for(store, FakeInbox(answer_everything(store, ACCEPT)))
+    ctx.elicit("A?", SCHEMA, key="same")
+    with pytest.raises(ValueError, match="already used"):
+        ctx.elicit("B?", {"type": "object"}, key="same")
+
+
+def test_an_input_kind_the_client_did_not_declare_is_refused() -> None:
+    ctx, row = context_for(MemoryStore())
+    with pytest.raises(InputNotSupported):
+        ctx.list_roots()
+    assert row.inputs == {}
+
+
+def test_the_context_exposes_the_jobs_identity_and_preflight() -> None:
+    ctx, row = context_for(MemoryStore())
+    assert (ctx.task_id, ctx.job_id, ctx.tool_name, ctx.attempt) == (row.task_id, row.job_id, "some_tool", 1)
+    assert ctx.preflight == {"name": {"action": "accept"}}
