@@ -132,7 +132,7 @@ def test_call_refuses_a_mistyped_argument_before_calling(stack: Stack, tmp_path:
     assert not (tmp_path / "state" / "mcp-celery-tasks" / "tasks.json").exists()  # no task started
     missing = _call(stack, tmp_path, "count_words")
     assert missing.returncode == 2
-    assert "count_words needs --arg urls=…" in _one_error_line(missing)
+    assert "count_words needs --arg paths=…" in _one_error_line(missing)
 
 
 def test_call_suggests_a_tool_for_an_unknown_name(stack: Stack, tmp_path: Path) -> None:
@@ -173,12 +173,11 @@ def test_tools_lists_name_mode_arguments_and_description(stack: Stack, tmp_path:
 
 
 def test_call_prints_a_structured_result_indented_then_how_it_ended(stack: Stack, tmp_path: Path) -> None:
-    document = tmp_path / "doc.txt"
-    document.write_text("one two three")
-    url = f"file://{document}"
-    done = _call(stack, tmp_path, "count_words", "--arg", f'urls=["{url}"]')
+    name = f"doc-{tmp_path.name}.txt"  # inside the stack's files root (MCP_EXAMPLES_FILES_ROOT)
+    (Path(stack.env["MCP_EXAMPLES_FILES_ROOT"]) / name).write_text("one two three")
+    done = _call(stack, tmp_path, "count_words", "--arg", f'paths=["{name}"]')
     assert done.returncode == 0, done.stderr
-    assert done.stdout == json.dumps({url: 3}, indent=2) + "\n"
+    assert done.stdout == json.dumps({name: 3}, indent=2) + "\n"
     assert re.fullmatch(r"completed in \d+\.\d s", done.stderr.strip().splitlines()[-1])
 
 
