@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mcp_celery_tasks.context import TaskContext, current_context, get_current_context
-    from mcp_celery_tasks.errors import InputNotSupported, InputTimedOut, McpError, TaskCancelled, ToolError
+    from mcp_celery_tasks.errors import (
+        InputNotSupported,
+        InputTimedOut,
+        McpError,
+        SoftTimeLimitExceeded,
+        TaskCancelled,
+        ToolError,
+    )
     from mcp_celery_tasks.files import FileRoot
     from mcp_celery_tasks.inputs import Elicit
     from mcp_celery_tasks.registry import Mode, tool
@@ -31,6 +38,7 @@ __all__ = [
     "InputTimedOut",
     "McpError",
     "Mode",
+    "SoftTimeLimitExceeded",
     "TaskCancelled",
     "TaskContext",
     "ToolError",
@@ -49,6 +57,7 @@ _HOMES = {
     "InputNotSupported": "errors",
     "InputTimedOut": "errors",
     "McpError": "errors",
+    "SoftTimeLimitExceeded": "errors",
     "TaskCancelled": "errors",
     "ToolError": "errors",
     "Elicit": "inputs",

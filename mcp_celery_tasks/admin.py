@@ -155,6 +155,7 @@ def show_task(
         "task_id", "job_id", "display_status", "tool_name", "owner", "queue", "status_message",
         "created_at", "started_at", "finished_at", "wait_before_start", "runtime", "attempts",
         "max_attempts", "worker", "lease_until", "expires_at", "arguments", "preflight", "result", "error",
+        "error_kind", "error_message", "stop_reason",
     ):  # fmt: skip
         value = row.get(name)
         table.add_row(name, json.dumps(value) if isinstance(value, dict | list) else _fmt(value))

@@ -53,6 +53,12 @@ def create_app(settings: Settings) -> Celery:
         broker_transport_options=profile_for(settings.broker_url).transport_options(settings),
         worker_hijack_root_logger=False,
         worker_send_task_events=settings.worker_task_events,
+        worker_max_tasks_per_child=settings.worker_max_tasks_per_child,
+        worker_max_memory_per_child=(
+            settings.worker_max_memory_per_child_mb * 1024
+            if settings.worker_max_memory_per_child_mb
+            else None
+        ),
         beat_schedule=beat_schedule(settings),
     )
     return app

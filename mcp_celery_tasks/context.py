@@ -41,6 +41,10 @@ class TaskRuntime(Protocol):
         """True once the task was cancelled or taken from this worker (cheap: cached briefly)."""
         ...
 
+    def check_soft_limit(self) -> None:
+        """Raise ``SoftTimeLimitExceeded`` (once) when the job ran past its soft time limit."""
+        ...
+
     def ask(
         self, requests: dict[str, tuple[str, dict[str, Any] | None, str]], timeout_s: float
     ) -> dict[str, Any]:
@@ -113,9 +117,11 @@ class TaskContext:
         return self._runtime.cancelled
 
     def raise_if_cancelled(self) -> None:
-        """Raise ``TaskCancelled`` if the task was cancelled: call it between steps."""
+        """Raise ``TaskCancelled`` if the task was cancelled: call it between steps. Past the
+        tool's soft time limit it raises ``SoftTimeLimitExceeded`` (once) instead."""
         if self.cancelled:
             raise TaskCancelled("the task was cancelled")
+        self._runtime.check_soft_limit()
 
     def sleep(self, seconds: float) -> None:
         """Sleep, waking early (with ``TaskCancelled``) if the task is cancelled."""

@@ -16,7 +16,8 @@ knows its JSON-RPC code.
     │   └── InternalError        -32603
     ├── ToolError                raised by tool code: the task completes with isError: true
     │   ├── InputTimedOut        nobody answered an input request in time
-    │   └── InputNotSupported    the client did not declare the kind of input asked for
+    │   ├── InputNotSupported    the client did not declare the kind of input asked for
+    │   └── SoftTimeLimitExceeded  the tool ran past its soft time limit
     ├── McpError                 raised by tool code: the task fails with this JSON-RPC error
     └── InfrastructureError      Postgres or the broker failed; never a tool result (retried)
 
@@ -48,6 +49,7 @@ __all__ = [
     "ParseError",
     "ProtocolError",
     "QuotaExceeded",
+    "SoftTimeLimitExceeded",
     "TaskCancelled",
     "ToolError",
     "UnsupportedVersion",
@@ -173,6 +175,13 @@ class TaskCancelled(BaseException):
 
 class InputTimedOut(ToolError):
     """Nobody answered an input request within the tool's input timeout."""
+
+
+class SoftTimeLimitExceeded(ToolError):
+    """The tool ran past its soft time limit (``@tool(soft_time_limit=…)``; time waiting for input
+    does not count). Raised inside the tool at its next ``ctx`` checkpoint, or at once in plain
+    Python code; catch it to clean up. Uncaught, the call ends with ``isError: true``. The hard
+    limit (``time_limit``) stops the process without asking."""
 
 
 class InputNotSupported(ToolError):

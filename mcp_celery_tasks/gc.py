@@ -91,9 +91,10 @@ def sweep(
     for job_id, queue in _unstarted(store, settings, queue_depth, limit):
         publish_job(job_id, queue)
         republished += 1
-    for job_id, queue in store.lost_leases(settings.lease_grace_seconds, limit):
-        publish_job(job_id, queue)
-        republished += 1
+    if _leases_trustworthy(store, settings):
+        for job_id, queue in store.lost_leases(settings.lease_grace_seconds, limit):
+            publish_job(job_id, queue)
+            republished += 1
     if republished:
         metrics.sweeper_republished.inc(republished)
         logger.info("sweeper re-published %d jobs", republished)
@@ -102,6 +103,27 @@ def sweep(
         logger.error("ALARM: the garbage collector has not run for %.0f s; is beat running?", overdue)
     store.record_run("sweep", republished)
     return republished
+
+
+GAP = "sweep-gap"
+"""The maintenance row that records when the sweeper last found it had not run for a while."""
+
+
+def _leases_trustworthy(store: WorkerStore, settings: Settings) -> bool:
+    """Whether a lapsed lease now means a dead worker. Not right after a gap in the sweeper's own
+    runs (the database, or the maintenance worker, was unreachable): then nobody could renew a
+    lease either, and live workers renew within a second of the database coming back. Lost leases
+    are reclaimed again once a whole lease plus its grace has passed since the gap ended."""
+    since_sweep = store.seconds_since_run("sweep")
+    normal = 2 * settings.sweep_interval_seconds + settings.lease_grace_seconds
+    if since_sweep is not None and since_sweep > normal:
+        store.record_run(GAP, 0)
+        logger.warning(
+            "the sweeper did not run for %.0f s; lost leases wait a lease before reclaim", since_sweep
+        )
+        return False
+    since_gap = store.seconds_since_run(GAP)
+    return since_gap is None or since_gap > settings.lease_seconds + settings.lease_grace_seconds
 
 
 def _unstarted(

@@ -64,6 +64,11 @@ gc_last_run = Gauge(
     "mcp_gc_last_run_timestamp_seconds", "When the collector last ran", multiprocess_mode="max"
 )
 sweeper_republished = Counter("mcp_sweeper_republished", "Jobs the sweeper published again")
+forced_stops = Counter(
+    "mcp_forced_stops",
+    "Jobs whose process was killed (cancel grace, time or memory limit)",
+    ["tool", "reason"],
+)
 
 
 def render() -> bytes:

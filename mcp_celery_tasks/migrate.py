@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib.resources import files
+from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
@@ -14,7 +15,11 @@ __all__ = ["alembic_config", "check", "downgrade", "head_revision", "upgrade"]
 
 
 def _scripts() -> str:
-    # The checkout's top-level ``migrations/``, installed as ``mcp_celery_tasks._migrations``.
+    # The checkout's top-level ``migrations/`` when running from one (next to this package), else
+    # the copy the wheel installs as ``mcp_celery_tasks._migrations``.
+    checkout = Path(__file__).resolve().parent.parent / "migrations"
+    if (checkout / "env.py").is_file():
+        return str(checkout)
     return str(files("mcp_celery_tasks._migrations"))
 
 

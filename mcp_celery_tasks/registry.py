@@ -62,6 +62,9 @@ class ToolSpec:
     input_timeout: float | None = None
     ask_first: dict[str, AskFirst] = field(default_factory=dict)
     input_schema: dict[str, Any] = field(default_factory=dict)
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
+    memory_limit_mb: int | None = None
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Validate against the input schema; return the JSON-ready arguments to store.
@@ -144,6 +147,9 @@ def tool(
     max_attempts: int | None = None,
     input_timeout: float | None = None,
     ask_first: dict[str, AskFirst] | None = None,
+    time_limit: float | None = None,
+    soft_time_limit: float | None = None,
+    memory_limit_mb: int | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -160,6 +166,9 @@ def tool(
     max_attempts: int | None = None,
     input_timeout: float | None = None,
     ask_first: dict[str, AskFirst] | None = None,
+    time_limit: float | None = None,
+    soft_time_limit: float | None = None,
+    memory_limit_mb: int | None = None,
 ) -> F | Callable[[F], F]:
     """Register a function as an MCP tool that runs as a Celery job.
 
@@ -171,7 +180,10 @@ def tool(
     answer to an input request; ``ask_first`` questions are asked before the task exists (no
     worker slot is held while a human thinks) and their answers land in ``ctx.preflight`` (a
     question may be a function of the validated arguments returning an ``Elicit`` or None);
-    unset values come from Settings.
+    unset values come from Settings. ``time_limit`` (seconds of running, input waits not
+    counted), ``soft_time_limit`` (``SoftTimeLimitExceeded`` raised in the tool first) and
+    ``memory_limit_mb`` bound one run; past a hard limit the process is killed and the call ends
+    with ``isError`` (prefork workers).
     """
 
     def register(target: F) -> F:
@@ -200,6 +212,9 @@ def tool(
             input_timeout=input_timeout,
             ask_first=dict(ask_first or {}),
             input_schema=schema,
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
+            memory_limit_mb=memory_limit_mb,
         )
         return target
 

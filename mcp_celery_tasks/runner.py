@@ -25,7 +25,15 @@ from typing import Any, Final, Protocol
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.context import TaskContext, bind
-from mcp_celery_tasks.errors import TASKS_EXTENSION, InfrastructureError, McpError, TaskCancelled, ToolError
+from mcp_celery_tasks.errors import (
+    TASKS_EXTENSION,
+    InfrastructureError,
+    InputTimedOut,
+    McpError,
+    SoftTimeLimitExceeded,
+    TaskCancelled,
+    ToolError,
+)
 from mcp_celery_tasks.leases import LeaseKeeper
 from mcp_celery_tasks.observe import SILENT, JobObserver
 from mcp_celery_tasks.registry import ToolSpec, get_tool
@@ -34,7 +42,7 @@ from mcp_celery_tasks.runtime import InboxWaiter, Runtime, RuntimeStore
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
 
-__all__ = ["JobOutcome", "JobRunner", "JobStore", "Outcome", "worker_identity"]
+__all__ = ["JobOutcome", "JobRunner", "JobStore", "Outcome", "soft_limit_signal", "worker_identity"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +79,8 @@ class JobStore(RuntimeStore, Protocol):
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         message: str | None = None,
+        error_kind: str | None = None,
+        error_message: str | None = None,
     ) -> bool: ...
 
     def mark_stopped(self, task_id: str, worker: str) -> None: ...
@@ -93,6 +103,10 @@ class Outcome:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     message: str | None = None
+    kind: str | None = None
+    """For admins: why it failed or ended in a tool error (tool_error, crash, mcp_error, …)."""
+    detail: str | None = None
+    """For admins: what went wrong, as the tool said it (never a stack trace)."""
 
     @property
     def label(self) -> str:
@@ -199,7 +213,12 @@ class JobRunner:
             check_interval_s=self._settings.cancel_check_interval_seconds,
             max_status_chars=self._settings.max_status_message_chars,
             observer=self._observer,
+            soft_limit_s=self._soft_limit(job),
         )
+
+    def _soft_limit(self, job: ClaimedTask) -> float | None:
+        spec = get_tool(job.tool_name)
+        return (spec.soft_time_limit if spec else None) or self._settings.tool_soft_time_limit_seconds
 
     @contextlib.contextmanager
     def _leased(self, runtime: Runtime) -> Iterator[None]:
@@ -219,22 +238,34 @@ class JobRunner:
         a ``BaseException`` and is caught by name, before anything broad.
         """
         ctx = self._context(spec, job, runtime)
+        global _CURRENT
         try:
             with bind(ctx):
-                value = _call(spec, ctx, job.arguments)
+                _CURRENT = runtime
+                try:
+                    value = _call(spec, ctx, job.arguments)
+                finally:
+                    _CURRENT = None
             return Outcome("completed", result=self._bounded(to_call_tool_result(value)))
+        except _TooLarge as exc:
+            return Outcome(
+                "completed", result=error_result(str(exc)), kind="result_too_large", detail=str(exc)
+            )
         except TaskCancelled:
             return CANCELLED
         except ToolError as exc:
-            return Outcome("completed", result=error_result(str(exc) or type(exc).__name__))
+            said = str(exc) or type(exc).__name__
+            return Outcome("completed", result=error_result(said), kind=_tool_error_kind(exc), detail=said)
         except McpError as exc:
-            return Outcome("failed", error=exc.to_error(), message=exc.message)
+            return Outcome(
+                "failed", error=exc.to_error(), message=exc.message, kind="mcp_error", detail=exc.message
+            )
         except InfrastructureError:
             logger.warning(
                 "job %s hit an infrastructure error; it will be retried", job.job_id, exc_info=True
             )
             return RETRY
-        except Exception:
+        except Exception as exc:
             logger.exception("tool %s raised in job %s", spec.name, job.job_id)
             return Outcome(
                 "completed",
@@ -242,6 +273,8 @@ class JobRunner:
                     f"The tool {spec.name!r} failed with an unexpected error. "
                     f"Ask the operator to look up job {job.job_id} in the worker log."
                 ),
+                kind="crash",
+                detail=f"{type(exc).__name__}: {exc}"[:MAX_DETAIL_CHARS],
             )
 
     def _context(self, spec: ToolSpec, job: ClaimedTask, runtime: Runtime) -> TaskContext:
@@ -268,7 +301,7 @@ class JobRunner:
         size = len(json.dumps(result, separators=(",", ":")))
         if size > self._settings.max_result_bytes:
             limit = self._settings.max_result_bytes
-            return error_result(f"The tool's result is {size} bytes, more than the server's limit of {limit}")
+            raise _TooLarge(f"The tool's result is {size} bytes, more than the server's limit of {limit}")
         return result
 
     def _give_back(self, job: ClaimedTask, me: str) -> JobOutcome:
@@ -309,6 +342,8 @@ class JobRunner:
                     result=outcome.result,
                     error=outcome.error,
                     message=outcome.message,
+                    error_kind=outcome.kind,
+                    error_message=outcome.detail,
                 )
             except InfrastructureError:
                 if time.monotonic() + delay > deadline:
@@ -323,6 +358,32 @@ class JobRunner:
         except InfrastructureError:
             # finished_at only tells admins the job stopped; the outcome itself is on the row.
             logger.warning("could not mark job %s stopped", job.job_id, exc_info=True)
+
+
+MAX_DETAIL_CHARS: Final = 2000
+
+_CURRENT: Runtime | None = None
+"""The runtime of the tool this process is running right now (one at a time in a pool child)."""
+
+
+def soft_limit_signal(signum: int, frame: object) -> None:
+    """The SIGUSR2 handler of a pool child: the main process says the running job passed its soft
+    time limit (the tool may never reach a ``ctx`` checkpoint)."""
+    runtime = _CURRENT
+    if runtime is not None:
+        runtime.soft_limit_signalled()
+
+
+class _TooLarge(Exception):
+    """The tool's result is over ``max_result_bytes``."""
+
+
+def _tool_error_kind(exc: ToolError) -> str:
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return "soft_time_limit"
+    if isinstance(exc, InputTimedOut):
+        return "input_timeout"
+    return "tool_error"
 
 
 def _call(spec: ToolSpec, ctx: TaskContext, arguments: dict[str, Any]) -> Any:

@@ -13,11 +13,11 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mcp_celery_tasks.errors import InfrastructureError, InputTimedOut, TaskCancelled
+from mcp_celery_tasks.errors import InfrastructureError, InputTimedOut, SoftTimeLimitExceeded, TaskCancelled
 from mcp_celery_tasks.observe import SILENT, JobObserver
 from mcp_celery_tasks.store.records import InputRecord
 
@@ -100,6 +100,7 @@ class Runtime:
         check_interval_s: float = 0.2,
         max_status_chars: int = 1024,
         observer: JobObserver = SILENT,
+        soft_limit_s: float | None = None,
     ) -> None:
         self.task_id = task_id
         self.job_id = job_id
@@ -116,6 +117,45 @@ class Runtime:
         self._last_write = 0.0
         self._last_check = 0.0
         self._lost = False
+        self._soft_limit_s = soft_limit_s
+        self._started = time.monotonic()
+        self._waited = 0.0
+        self._soft_raised = False
+        self._main_busy = 0  # our own store calls under way in the job's thread
+
+    # ---- the soft time limit ------------------------------------------------------------------
+
+    def check_soft_limit(self) -> None:
+        """Raise ``SoftTimeLimitExceeded`` once the job has run (input waits not counted) past its
+        soft limit; once only, so a tool that catches it can clean up in peace."""
+        if self._soft_limit_s and not self._soft_raised:
+            ran = time.monotonic() - self._started - self._waited
+            if ran > self._soft_limit_s:
+                self._raise_soft_limit()
+
+    def soft_limit_signalled(self) -> None:
+        """The main process says the soft limit passed (SIGUSR2, in the job's thread): raise now,
+        unless our own store call is under way (then at the next checkpoint)."""
+        if self._soft_raised or self._main_busy:
+            self._soft_limit_s = self._soft_limit_s or 1e-9  # the next checkpoint raises
+            return
+        self._raise_soft_limit()
+
+    def _raise_soft_limit(self) -> None:
+        self._soft_raised = True
+        limit = f" of {self._soft_limit_s:g} s" if self._soft_limit_s and self._soft_limit_s > 1e-6 else ""
+        raise SoftTimeLimitExceeded(f"The tool {self.tool_name!r} ran past its soft time limit{limit}")
+
+    @contextlib.contextmanager
+    def _busy(self) -> Iterator[None]:
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            self._main_busy += 1
+        try:
+            yield
+        finally:
+            if main:
+                self._main_busy -= 1
 
     # ---- the lost flag -----------------------------------------------------------------------
 
@@ -137,7 +177,7 @@ class Runtime:
         now = time.monotonic()
         if now - self._last_check >= self._check_interval:
             self._last_check = now
-            with contextlib.suppress(InfrastructureError):
+            with contextlib.suppress(InfrastructureError), self._busy():
                 if not self._store.still_mine(self.task_id, self.worker):
                     self._lost = True
         return self._lost
@@ -165,7 +205,9 @@ class Runtime:
             if message is None:
                 return
             self._last_write = time.monotonic()
-        if not self._store.report(self.task_id, self.worker, message):
+        with self._busy():
+            mine = self._store.report(self.task_id, self.worker, message)
+        if not mine:
             self.mark_lost()
 
     def flush_if_due(self) -> None:
@@ -192,8 +234,12 @@ class Runtime:
         if not self._store.open_inputs(self.task_id, self.worker, inbox.name, plan.to_open, plan.supersede):
             self.mark_lost()
             raise TaskCancelled("the task was cancelled")
-        with self._observer.waiting_for_input(self.tool_name, len(pending)):
-            answers = self._wait(inbox, list(pending.values()), time.monotonic() + timeout_s, timeout_s)
+        waiting_since = time.monotonic()
+        try:
+            with self._observer.waiting_for_input(self.tool_name, len(pending)), self._busy():
+                answers = self._wait(inbox, list(pending.values()), time.monotonic() + timeout_s, timeout_s)
+        finally:
+            self._waited += time.monotonic() - waiting_since  # not counted against time limits
         return {**plan.answers, **{key: answers[stored] for key, stored in pending.items()}}
 
     @staticmethod

@@ -132,6 +132,26 @@ class Settings(BaseSettings):
     poll_interval_ms: int = 1000
     """``pollIntervalMs`` suggested to clients, unless the tool sets its own."""
 
+    cancel_grace_seconds: float = 5.0
+    """A cancelled job still running this long after the cancel has its process killed (prefork
+    workers; the pool replaces the process). The task stays ``cancelled``."""
+    tool_time_limit_seconds: float = 6 * 3600.0
+    """Hard wall-clock limit of one run of a tool (``@tool(time_limit=…)`` overrides); time
+    waiting for input does not count. Past it the task ends with ``isError`` and the process is
+    killed. 0: none."""
+    tool_soft_time_limit_seconds: float | None = None
+    """Soft limit: ``SoftTimeLimitExceeded`` is raised inside the tool (``soft_time_limit``)."""
+    tool_memory_limit_mb: int = 8192
+    """Most resident memory a job's process may use (``@tool(memory_limit_mb=…)``); above it the
+    task ends with ``isError`` and the process is killed. 0: none."""
+    watchdog_interval_seconds: float = 1.0
+    """How often a prefork worker's main process renews leases and checks limits and cancels."""
+    worker_max_tasks_per_child: int | None = None
+    """Celery's ``worker_max_tasks_per_child``: a pool process is replaced after this many jobs."""
+    worker_max_memory_per_child_mb: int | None = None
+    """Celery's ``worker_max_memory_per_child`` (checked after each job): a pool process above
+    it is replaced once its job ends."""
+
     lease_seconds: float = 30.0
     """A worker holds a task for this long without renewing it before another may take over."""
     max_attempts: int = 3

@@ -9,13 +9,19 @@ redelivery limit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery import Celery, signals
+from celery.concurrency.prefork import TaskPool as PreforkPool
+from celery.worker import state as worker_state
 
 from mcp_celery_tasks import channel, gc, metrics, tracing
 from mcp_celery_tasks.broker import profile_for
@@ -23,9 +29,10 @@ from mcp_celery_tasks.celery_app import COLLECT_GARBAGE, RUN_TOOL, SWEEP, beat_s
 from mcp_celery_tasks.channel import Inbox
 from mcp_celery_tasks.observe import Telemetry
 from mcp_celery_tasks.registry import all_tools
-from mcp_celery_tasks.runner import JobRunner
+from mcp_celery_tasks.runner import JobRunner, soft_limit_signal
 from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import WorkerStore
+from mcp_celery_tasks.watchdog import RunningJob, Watchdog
 
 __all__ = ["check_input_timeouts", "inbox_factory", "install"]
 
@@ -56,6 +63,54 @@ def _after_fork(**_: Any) -> None:
     # parent must be neither used nor closed by the child.
     for store in _stores:
         store.forget_after_fork()
+    # The main process's watchdog signals a job past its soft time limit (SIGUSR2: billiard keeps
+    # SIGUSR1 for Celery's own soft time limits).
+    signal.signal(signal.SIGUSR2, soft_limit_signal)
+
+
+def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: str) -> threading.Thread:
+    """The watchdog thread of a prefork worker's main process (see ``watchdog``).
+
+    A forced stop goes through Celery's own remote control (revoke with terminate, to this node
+    only), so the consumer's thread kills the child, acknowledges the message and lets the pool
+    replace the process; nothing here touches the consumer's connection.
+    """
+
+    def terminate(job_id: str) -> None:
+        app.control.revoke(job_id, terminate=True, signal="SIGKILL", destination=[node])
+
+    def signal_soft_limit(pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR2)
+
+    dog = Watchdog(store, settings, terminate=terminate, signal_soft_limit=signal_soft_limit)
+
+    def loop() -> None:
+        while True:
+            time.sleep(settings.watchdog_interval_seconds)
+            try:
+                dog.tick(_running_jobs())
+            except Exception:
+                logger.exception("watchdog tick failed")  # the next tick tries again
+
+    thread = threading.Thread(target=loop, name="mcp-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
+def _running_jobs() -> list[RunningJob]:
+    """The ``run_tool`` jobs this worker's pool children are running now."""
+    for _ in range(5):
+        try:
+            requests = list(worker_state.active_requests)
+        except RuntimeError:  # the consumer thread changed the set meanwhile
+            continue
+        return [
+            RunningJob(str(req.id), int(req.worker_pid))
+            for req in requests
+            if req.name == RUN_TOOL and req.worker_pid
+        ]
+    return []
 
 
 def install(
@@ -81,6 +136,13 @@ def install(
     _stores.append(store)
     tracing.configure(settings, "mcp-celery-tasks-worker")
     runner = JobRunner(store, settings, inbox_factory(app), observer=Telemetry())
+
+    @signals.worker_ready.connect(weak=False)
+    def _watch(sender: Any = None, **_: Any) -> None:
+        # A prefork worker's main process watches its children; a threads pool has no process
+        # to stop, and its jobs keep their leases from their own process.
+        if getattr(sender, "app", None) is app and isinstance(getattr(sender, "pool", None), PreforkPool):
+            start_watchdog(app, store, settings, sender.hostname)
 
     if settings.worker_metrics_port:
         port = settings.worker_metrics_port

@@ -35,6 +35,8 @@ class Row:
     status_message: str | None = None
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
     preflight: dict[str, Any] | None = None
     client_capabilities: dict[str, Any] = field(default_factory=dict)
     queue: str = "mcp.default"
@@ -241,12 +243,15 @@ class MemoryStore:
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         message: str | None = None,
+        error_kind: str | None = None,
+        error_message: str | None = None,
     ) -> bool:
         self._call("finish")
         row = self._mine(task_id, worker)
         if row is None:
             return False
         row.status, row.result, row.error = status, result, error
+        row.error_kind, row.error_message = error_kind, error_message
         row.status_message = message if message is not None else row.status_message
         row.finished, row.lease_until = True, None
         return True

@@ -362,13 +362,13 @@ class Stack:
 
 @contextlib.contextmanager
 def running_stack(
-    name: str, database_url: str, broker_url: str, suffix: str, **extra: str
+    name: str, database_url: str, broker_url: str, suffix: str, *, concurrency: int = 2, **extra: str
 ) -> Iterator[Stack]:
     env = stack_env(database_url, broker_url, suffix, **extra)
     examples = examples_dirs(suffix)
     for directory in examples:
         directory.mkdir(parents=True, exist_ok=True)
-    worker = start_worker(f"{name}-worker", env)
+    worker = start_worker(f"{name}-worker", env, concurrency=concurrency)
     api: Proc | None = None
     try:
         api, url = start_api(f"{name}-api", env)

@@ -111,14 +111,17 @@ UPDATE mcp_tasks
 SET worker = %(worker)s, lease_until = now() + %(lease_s)s * interval '1 second',
     attempts = attempts + 1, started_at = COALESCE(started_at, now())
 WHERE job_id = %(job_id)s AND status IN {ACTIVE_SQL} AND cancel_requested_at IS NULL
-  AND (lease_until IS NULL OR lease_until < now() OR worker = %(worker)s)
+  -- A lapsed lease is taken over only ``grace_s`` after it lapsed: a live worker's watchdog
+  -- renews within a second of the database coming back, before anyone else may claim.
+  AND (lease_until IS NULL OR lease_until < now() - %(grace_s)s * interval '1 second' OR worker = %(worker)s)
   AND attempts < max_attempts
 RETURNING {CLAIMED_COLUMNS}, EXTRACT(EPOCH FROM (now() - created_at))::float AS age_s
 """
 
 JOB_STATE: Final[LiteralString] = """
 SELECT task_id, status, attempts, max_attempts, worker,
-       GREATEST(0, EXTRACT(EPOCH FROM (lease_until - now())))::float AS lease_left_s
+       GREATEST(0, EXTRACT(EPOCH FROM (lease_until + %(grace_s)s * interval '1 second' - now())))::float
+           AS lease_left_s
 FROM mcp_tasks WHERE job_id = %(job_id)s
 """
 
@@ -127,6 +130,7 @@ FAIL_EXHAUSTED: Final[LiteralString] = f"""
 WITH upd AS (
     UPDATE mcp_tasks
     SET status = 'failed', error = %(error)s, status_message = %(message)s,
+        error_kind = 'attempts_exhausted', error_message = %(message)s,
         last_updated_at = now(), finished_at = now(), expires_at = {_EXPIRES}, lease_until = NULL
     WHERE job_id = %(job_id)s AND {TO_FAILED} AND attempts >= max_attempts
       AND (lease_until IS NULL OR lease_until < now())
@@ -155,6 +159,7 @@ FINISH: Final[LiteralString] = f"""
 WITH upd AS (
     UPDATE mcp_tasks
     SET status = %(status)s, result = %(result)s, error = %(error)s,
+        error_kind = %(error_kind)s, error_message = %(error_message)s,
         -- A finished task says how it ended, never its last progress text ("computing x").
         status_message = %(message)s,
         last_updated_at = now(), finished_at = now(), expires_at = {_EXPIRES}, lease_until = NULL
@@ -162,6 +167,49 @@ WITH upd AS (
     RETURNING task_id
 )
 SELECT task_id, pg_notify('{NOTIFY_CHANNEL}', task_id) FROM upd
+"""
+
+# ---- the watchdog (a prefork worker's main process) --------------------------------------------
+
+# Every job the pool children run: renew the leases the listed children hold (once a third of
+# the lease is used up), and read each row as the watchdog sees it. ``holder`` is a child's
+# identity prefix ``host:pid:``.
+WATCH_JOBS: Final[LiteralString] = f"""
+WITH j AS (
+    SELECT * FROM jsonb_to_recordset(%(jobs)s) AS x(job_id text, holder text, renew boolean)
+), renewed AS (
+    UPDATE mcp_tasks t SET lease_until = now() + %(lease_s)s * interval '1 second'
+    FROM j
+    WHERE t.job_id = j.job_id AND j.renew AND starts_with(t.worker, j.holder) AND t.status IN {ACTIVE_SQL}
+      AND (t.lease_until IS NULL OR t.lease_until < now() + %(lease_s)s * interval '1 second' * 2 / 3)
+    RETURNING t.job_id
+)
+SELECT t.job_id, j.holder, t.task_id, t.tool_name, t.status, t.finished_at IS NOT NULL AS finished,
+       starts_with(COALESCE(t.worker, ''), j.holder) AS ours,
+       EXTRACT(EPOCH FROM (now() - t.cancel_requested_at))::float AS cancelled_for_s
+FROM mcp_tasks t JOIN j ON t.job_id = j.job_id
+"""
+
+# A limit stopped the job: the task ends completed with a tool error naming it (fenced by the
+# child that ran it).
+FORCE_FINISH: Final[LiteralString] = f"""
+WITH upd AS (
+    UPDATE mcp_tasks
+    SET status = 'completed', result = %(result)s, error = NULL, status_message = NULL,
+        error_kind = %(kind)s, error_message = %(message)s, stop_reason = %(reason)s,
+        last_updated_at = now(), finished_at = now(), expires_at = {_EXPIRES}, lease_until = NULL
+    WHERE task_id = %(task_id)s AND starts_with(worker, %(holder)s) AND status IN {ACTIVE_SQL}
+    RETURNING task_id
+)
+SELECT task_id, pg_notify('{NOTIFY_CHANNEL}', task_id) FROM upd
+"""
+
+# A cancelled job that did not stop by itself: its process is being killed.
+FORCE_STOPPED: Final[LiteralString] = f"""
+UPDATE mcp_tasks SET finished_at = now(), lease_until = NULL, stop_reason = %(reason)s
+WHERE task_id = %(task_id)s AND starts_with(worker, %(holder)s) AND finished_at IS NULL
+  AND status IN {TERMINAL_SQL}
+RETURNING task_id
 """
 
 # The task was cancelled under a running job: record that the worker really stopped.
@@ -356,6 +404,7 @@ FAIL_UNDISPATCHED: Final[LiteralString] = f"""
 WITH upd AS (
     UPDATE mcp_tasks
     SET status = 'failed', error = %(error)s, status_message = %(message)s, last_updated_at = now(),
+        error_kind = 'not_queued', error_message = %(message)s,
         finished_at = now(), expires_at = {_EXPIRES}
     WHERE dispatched_at IS NULL AND {TO_FAILED}
       AND created_at < now() - %(older_than_s)s * interval '1 second'

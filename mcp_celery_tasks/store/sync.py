@@ -32,6 +32,7 @@ class WorkerStore:
     def __init__(self, settings: Settings, application_name: str = "mcp-celery-tasks-worker") -> None:
         self._settings = settings
         self._application_name = application_name
+        self._grace_s = settings.lease_grace_seconds
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
         self._lock = threading.RLock()
 
@@ -83,12 +84,12 @@ class WorkerStore:
     # ---- claim and lease -------------------------------------------------------------------
 
     def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None:
-        params = {"job_id": job_id, "worker": worker, "lease_s": lease_s}
+        params = {"job_id": job_id, "worker": worker, "lease_s": lease_s, "grace_s": self._grace_s}
         rows = self._rows(queries.CLAIM, params, class_row(ClaimedTask))
         return rows[0] if rows else None
 
     def job_state(self, job_id: str) -> dict[str, Any] | None:
-        rows = self._fetch(queries.JOB_STATE, {"job_id": job_id})
+        rows = self._fetch(queries.JOB_STATE, {"job_id": job_id, "grace_s": self._grace_s})
         return rows[0] if rows else None
 
     def fail_exhausted(self, job_id: str, error: dict[str, Any], message: str) -> bool:
@@ -166,8 +167,12 @@ class WorkerStore:
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         message: str | None = None,
+        error_kind: str | None = None,
+        error_message: str | None = None,
     ) -> bool:
-        """Record the outcome; False if the row is no longer ours (cancelled or lease lost)."""
+        """Record the outcome; False if the row is no longer ours (cancelled or lease lost).
+        ``error_kind``/``error_message`` say, for admins, why a task failed or ended in a tool
+        error (never shown to clients)."""
         params = {
             "task_id": task_id,
             "worker": worker,
@@ -175,11 +180,31 @@ class WorkerStore:
             "result": _rows.jsonb(result),
             "error": _rows.jsonb(error),
             "message": message,
+            "error_kind": error_kind,
+            "error_message": error_message,
         }
         return bool(self._fetch(queries.FINISH, params))
 
     def mark_stopped(self, task_id: str, worker: str) -> None:
         self._execute(queries.MARK_STOPPED, {"task_id": task_id, "worker": worker})
+
+    # ---- the watchdog ------------------------------------------------------------------------
+
+    def watch_jobs(self, jobs: Sequence[dict[str, Any]], lease_s: float) -> dict[str, dict[str, Any]]:
+        """Renew the leases of the children that hold them; every job's row by ``job_id holder``."""
+        rows = self._fetch(queries.WATCH_JOBS, {"jobs": Jsonb(list(jobs)), "lease_s": lease_s})
+        return {f"{row['job_id']} {row['holder']}": row for row in rows}
+
+    def force_finish(
+        self, task_id: str, holder: str, *, result: dict[str, Any], kind: str, message: str, reason: str
+    ) -> bool:
+        params = {"task_id": task_id, "holder": holder, "result": Jsonb(result), "kind": kind,
+                  "message": message, "reason": reason}  # fmt: skip
+        return bool(self._fetch(queries.FORCE_FINISH, params))
+
+    def force_stopped(self, task_id: str, holder: str, reason: str) -> bool:
+        params = {"task_id": task_id, "holder": holder, "reason": reason}
+        return bool(self._fetch(queries.FORCE_STOPPED, params))
 
     # ---- admin ---------------------------------------------------------------------------
 

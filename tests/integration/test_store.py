@@ -269,10 +269,21 @@ async def test_claim_after_the_lease_ran_out_goes_to_the_new_worker(
     api: ApiStore, worker_store: WorkerStore, db: Db
 ) -> None:
     record = await running(api, worker_store)
-    set_columns(db, record.task_id, "lease_until = now() - interval '1 second'")
+    set_columns(db, record.task_id, "lease_until = now() - interval '10 seconds'")  # past the grace
     claimed = worker_store.claim(record.job_id, RIVAL, LEASE_S)
     assert claimed is not None and claimed.attempts == 2
     assert raw_row(db, record.task_id)["worker"] == RIVAL
+
+
+async def test_a_lease_that_just_lapsed_is_not_taken_within_its_grace(
+    api: ApiStore, worker_store: WorkerStore, db: Db
+) -> None:
+    # A live worker cut off from the database renews within a second of it coming back: until
+    # lease_grace_seconds have passed, a lapsed lease still belongs to its holder.
+    record = await running(api, worker_store)
+    set_columns(db, record.task_id, "lease_until = now() - interval '1 second'")
+    assert worker_store.claim(record.job_id, RIVAL, LEASE_S) is None
+    assert worker_store.job_state(record.job_id)["lease_left_s"] > 3  # come back after the grace
 
 
 async def test_claim_of_cancelled_task_returns_none(api: ApiStore, worker_store: WorkerStore, db: Db) -> None:

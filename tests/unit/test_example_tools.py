@@ -39,6 +39,9 @@ class Runtime:
     def cancelled(self) -> bool:
         return False
 
+    def check_soft_limit(self) -> None:
+        pass
+
     def ask(self, requests: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         raise AssertionError(f"unexpected input request {requests}")
 

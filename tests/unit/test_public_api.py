@@ -35,6 +35,7 @@ def test_public_api_is_pinned() -> None:
         "InputTimedOut",
         "McpError",
         "Mode",
+        "SoftTimeLimitExceeded",
         "TaskCancelled",
         "TaskContext",
         "ToolError",

@@ -1,0 +1,199 @@
+"""The watchdog's decisions, without Celery, Postgres or real processes: what it renews, when it
+stops a process, and what it records (tests/e2e/test_containment.py runs it for real)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from mcp_celery_tasks import watchdog
+from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.registry import tool
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.watchdog import RunningJob, Watchdog, holder_of
+
+HOST = "host-a"
+
+
+@tool(name="w_limited", time_limit=10, soft_time_limit=5, memory_limit_mb=100)
+def w_limited() -> None:
+    """A tool with limits."""
+
+
+class Rows:
+    """The rows the store answers with, and what the watchdog asked of it."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.renewed: list[str] = []
+        self.forced: list[tuple[str, str]] = []
+        self.stopped: list[tuple[str, str]] = []
+        self.down = False
+
+    def row(self, job: str, *, status: str = "working", ours: bool = True, tool: str = "w_limited",
+            cancelled_for_s: float | None = None, finished: bool = False) -> None:  # fmt: skip
+        self.rows[job] = {"job_id": job, "task_id": f"task-{job}", "tool_name": tool, "status": status,
+                          "ours": ours, "cancelled_for_s": cancelled_for_s, "finished": finished}  # fmt: skip
+
+    def watch_jobs(self, jobs: Sequence[dict[str, Any]], lease_s: float) -> dict[str, dict[str, Any]]:
+        if self.down:
+            raise InfrastructureError("down")
+        self.renewed += [
+            j["job_id"] for j in jobs if j["renew"] and self.rows.get(j["job_id"], {}).get("ours")
+        ]
+        return {
+            f"{j['job_id']} {j['holder']}": self.rows[j["job_id"]] for j in jobs if j["job_id"] in self.rows
+        }
+
+    def force_finish(self, task_id: str, holder: str, *, result: dict[str, Any], kind: str, message: str,
+                     reason: str) -> bool:  # fmt: skip
+        self.forced.append((task_id, kind))
+        return True
+
+    def force_stopped(self, task_id: str, holder: str, reason: str) -> bool:
+        self.stopped.append((task_id, reason))
+        return True
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    now = [1000.0]
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: now[0])
+    return now
+
+
+@pytest.fixture
+def procs(monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[str, int]]:
+    """pid -> (state letter, RSS bytes)."""
+    table: dict[int, tuple[str, int]] = {}
+    monkeypatch.setattr(watchdog, "process_state", lambda pid: table[pid][0] if pid in table else None)
+    monkeypatch.setattr(watchdog, "rss_bytes", lambda pid: table[pid][1] if pid in table else 0)
+    return table
+
+
+def dog(rows: Rows, **settings: Any) -> tuple[Watchdog, list[str], list[int]]:
+    terminated: list[str] = []
+    signalled: list[int] = []
+    base = {"cancel_grace_seconds": 5.0, "tool_memory_limit_mb": 0, "tool_time_limit_seconds": 0}
+    made = Watchdog(
+        rows,  # type: ignore[arg-type]
+        Settings(**{**base, **settings}),
+        terminate=terminated.append,
+        signal_soft_limit=signalled.append,
+        hostname=HOST,
+    )
+    return made, terminated, signalled
+
+
+def test_the_holder_is_the_childs_identity_prefix() -> None:
+    assert holder_of(42, "box") == "box:42:"
+
+
+def test_live_children_keep_their_leases_stopped_ones_do_not(
+    clock: list[float], procs: dict[int, Any]
+) -> None:
+    rows = Rows()
+    rows.row("busy")
+    rows.row("frozen")
+    procs[1], procs[2] = ("R", 0), ("T", 0)
+    made, terminated, _ = dog(rows)
+    made.tick([RunningJob("busy", 1), RunningJob("frozen", 2)])
+    assert rows.renewed == ["busy"] and terminated == []
+
+
+def test_a_cancelled_job_is_stopped_after_its_grace_only(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    procs[1] = ("R", 0)
+    made, terminated, _ = dog(rows)
+    rows.row("j", status="cancelled", cancelled_for_s=4.0)
+    made.tick([RunningJob("j", 1)])
+    assert terminated == []
+    rows.row("j", status="cancelled", cancelled_for_s=5.5)
+    made.tick([RunningJob("j", 1)])
+    made.tick([RunningJob("j", 1)])  # once only
+    assert terminated == ["j"] and rows.stopped[0][0] == "task-j" and "did not stop" in rows.stopped[0][1]
+
+
+def test_a_job_that_stopped_by_itself_is_left_alone(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    procs[1] = ("R", 0)
+    rows.row("j", status="cancelled", cancelled_for_s=60.0, finished=True)
+    made, terminated, _ = dog(rows)
+    made.tick([RunningJob("j", 1)])
+    assert terminated == []
+
+
+def test_a_child_whose_lease_was_taken_over_is_stopped(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    procs[1] = ("R", 0)
+    made, terminated, _ = dog(rows)
+    rows.row("j", ours=True)
+    made.tick([RunningJob("j", 1)])
+    rows.row("j", ours=False)  # frozen past its lease: the sweeper gave the job to another worker
+    made.tick([RunningJob("j", 1)])
+    assert terminated == ["j"]
+
+
+def test_a_child_that_has_not_claimed_yet_is_not_stopped(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    procs[1] = ("R", 0)
+    rows.row("j", ours=False)  # still the earlier attempt's worker: the claim is under way
+    made, terminated, _ = dog(rows)
+    made.tick([RunningJob("j", 1)])
+    made.tick([RunningJob("j", 1)])
+    assert terminated == []
+
+
+def test_time_runs_only_while_working(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    procs[1] = ("R", 0)
+    made, terminated, signalled = dog(rows)
+    rows.row("j")
+    made.tick([RunningJob("j", 1)])
+    clock[0] += 4
+    made.tick([RunningJob("j", 1)])  # 4 s of running
+    rows.row("j", status="input_required")
+    clock[0] += 100
+    made.tick([RunningJob("j", 1)])  # waiting for a human: not counted
+    assert signalled == [] and terminated == []
+    rows.row("j")
+    clock[0] += 2
+    made.tick([RunningJob("j", 1)])  # 6 s: past the soft limit (5 s), signalled once
+    clock[0] += 1
+    made.tick([RunningJob("j", 1)])
+    assert signalled == [1] and terminated == []
+    clock[0] += 4
+    made.tick([RunningJob("j", 1)])  # 11 s: past the hard limit (10 s)
+    assert rows.forced == [("task-j", "time_limit")] and terminated == ["j"]
+
+
+def test_memory_over_the_tools_limit_ends_the_task(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    rows.row("j")
+    procs[1] = ("R", 99 * 2**20)
+    made, terminated, _ = dog(rows)
+    made.tick([RunningJob("j", 1)])
+    assert terminated == []
+    procs[1] = ("R", 101 * 2**20)
+    made.tick([RunningJob("j", 1)])
+    assert rows.forced == [("task-j", "memory_limit")] and terminated == ["j"]
+
+
+def test_an_unreachable_database_stops_nothing(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    rows.row("j", status="cancelled", cancelled_for_s=60.0)
+    procs[1] = ("R", 0)
+    rows.down = True
+    made, terminated, _ = dog(rows)
+    made.tick([RunningJob("j", 1)])
+    assert terminated == [] and rows.renewed == []
+
+
+def test_gone_children_are_forgotten(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    rows.row("j")
+    made, terminated, _ = dog(rows)
+    made.tick([RunningJob("j", 1)])  # no such process
+    assert rows.renewed == [] and terminated == []
