@@ -5,27 +5,44 @@ task was cancelled or taken from this worker), ownership checks, and input waits
 plus the process's inbox). It knows nothing of the context that uses it; the lease thread
 (``leases``) tends runtimes, not contexts. No Celery, no SQL: the store and the inbox come in
 as the two small protocols below.
+
+Infrastructure blips are the runtime's to absorb (``blips``): every store call of the job's
+thread is retried with backoff for up to the outage budget, and an unreachable broker only
+turns an input wait into polling of the row; tool code never sees either error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from mcp_celery_tasks.errors import InfrastructureError, InputTimedOut, SoftTimeLimitExceeded, TaskCancelled
+from mcp_celery_tasks.blips import OutageTooLong, is_infrastructure, ride_out
+from mcp_celery_tasks.errors import (
+    InputTimedOut,
+    SoftTimeLimitExceeded,
+    TaskCancelled,
+    WorkerStopping,
+)
 from mcp_celery_tasks.observe import SILENT, JobObserver
 from mcp_celery_tasks.store.records import InputRecord
 
 __all__ = ["InboxWaiter", "Runtime", "RuntimeStore"]
 
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
 _AUTO_KEY = re.compile(r"\d+-[0-9a-f]{16}")
 _REREAD_S = 3.0
 """While blocked for input, re-read the row at least this often: a lost wake-up costs latency only."""
+_POLL_S = 1.0
+"""With the broker unreachable, a waiting job reads its row this often instead."""
 
 Requests = dict[str, tuple[str, dict[str, Any] | None, str]]
 """``{key: (method, params, params hash)}``: the input requests of one ask."""
@@ -101,6 +118,7 @@ class Runtime:
         max_status_chars: int = 1024,
         observer: JobObserver = SILENT,
         soft_limit_s: float | None = None,
+        outage_budget_s: float = 120.0,
     ) -> None:
         self.task_id = task_id
         self.job_id = job_id
@@ -121,7 +139,11 @@ class Runtime:
         self._started = time.monotonic()
         self._waited = 0.0
         self._soft_raised = False
-        self._main_busy = 0  # our own store calls under way in the job's thread
+        self._main_busy = 0  # our own store calls (or an input wait) under way in the job's thread
+        self._store_calls = 0  # our own store calls under way in the job's thread (never interrupted)
+        self._outage_budget_s = outage_budget_s
+        self._stopping = False
+        self._inbox_down = False
 
     # ---- the soft time limit ------------------------------------------------------------------
 
@@ -157,6 +179,51 @@ class Runtime:
             if main:
                 self._main_busy -= 1
 
+    # ---- the worker stopping ------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the worker process was told to stop while this job ran."""
+        return self._stopping
+
+    def stop_signalled(self) -> None:
+        """The process is being stopped (SIGTERM, in the job's thread): raise ``WorkerStopping``
+        now, unless one of our own store calls is under way (then as soon as it returns, or at
+        the next checkpoint)."""
+        self._stopping = True
+        if not self._store_calls:
+            raise WorkerStopping("the worker is stopping")
+
+    def check_stopping(self) -> None:
+        if self._stopping:
+            raise WorkerStopping("the worker is stopping")
+
+    @contextlib.contextmanager
+    def _uninterrupted(self) -> Iterator[None]:
+        """Our own store call in the job's thread: a stop signalled meanwhile waits until it is
+        over (a statement cut in half would leave the connection unusable for the give-back)."""
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            self._store_calls += 1
+        try:
+            with self._busy():
+                yield
+        finally:
+            if main:
+                self._store_calls -= 1
+                if self._stopping and not self._store_calls:
+                    raise WorkerStopping("the worker is stopping")
+
+    def _store_call(self, call: Callable[[], T], what: str) -> T:
+        """A store call of the job's thread, riding out an outage for up to the budget."""
+        try:
+            with self._uninterrupted():
+                return ride_out(call, budget_s=self._outage_budget_s, what=what, stop=lambda: self._stopping)
+        except OutageTooLong:
+            if self._stopping:
+                raise WorkerStopping("the worker is stopping") from None
+            raise
+
     # ---- the lost flag -----------------------------------------------------------------------
 
     @property
@@ -172,14 +239,20 @@ class Runtime:
     def cancelled(self) -> bool:
         """True once the task was cancelled or taken from this worker. A fresh row read at most
         every ``check_interval``; an unreadable row is not a cancel (the lease decides)."""
+        self.check_stopping()
         if self._lost:
             return True
         now = time.monotonic()
         if now - self._last_check >= self._check_interval:
             self._last_check = now
-            with contextlib.suppress(InfrastructureError), self._busy():
-                if not self._store.still_mine(self.task_id, self.worker):
-                    self._lost = True
+            try:
+                with self._uninterrupted():
+                    mine = self._store.still_mine(self.task_id, self.worker)
+            except Exception as exc:
+                if not is_infrastructure(exc):
+                    raise
+            else:
+                self._lost = self._lost or not mine
         return self._lost
 
     def renew_lease(self, lease_s: float) -> None:
@@ -199,23 +272,37 @@ class Runtime:
             self.flush()
 
     def flush(self) -> None:
-        """Write a pending status message now."""
+        """Write a pending status message now, riding out an outage (the job's thread)."""
+        self._flush(ride=True)
+
+    def _flush(self, *, ride: bool) -> None:
         with self._lock:
             message, self._pending = self._pending, None
             if message is None:
                 return
             self._last_write = time.monotonic()
-        with self._busy():
-            mine = self._store.report(self.task_id, self.worker, message)
+
+        def write() -> bool:
+            return self._store.report(self.task_id, self.worker, message)
+
+        try:
+            mine = self._store_call(write, "a status report") if ride else write()
+        except Exception as exc:
+            if is_infrastructure(exc):
+                with self._lock:  # not lost: the next flush writes it, unless a newer one came
+                    if self._pending is None:
+                        self._pending = message
+            raise
         if not mine:
             self.mark_lost()
 
     def flush_if_due(self) -> None:
-        """Write a pending message whose interval has passed (the lease thread calls this)."""
+        """Write a pending message whose interval has passed (the lease thread calls this: one
+        try, never a wait; a message it could not write stays pending)."""
         with self._lock:
             due = self._pending is not None and time.monotonic() - self._last_write >= self._report_interval
         if due:
-            self.flush()
+            self._flush(ride=False)
 
     # ---- input requests --------------------------------------------------------------------
 
@@ -225,13 +312,20 @@ class Runtime:
         Answers recorded by an earlier run of the same job are returned at once; raises
         ``TaskCancelled`` if the task stops being ours, ``InputTimedOut`` after ``timeout_s``.
         """
-        plan = self._plan(requests, self._store.all_inputs(self.task_id))
+        recorded = self._store_call(lambda: self._store.all_inputs(self.task_id), "reading input requests")
+        plan = self._plan(requests, recorded)
         pending = plan.pending
         if not pending:
             return plan.answers
         inbox = self._inbox()
-        inbox.declare()  # the queue exists before any client can see the request
-        if not self._store.open_inputs(self.task_id, self.worker, inbox.name, plan.to_open, plan.supersede):
+        self._declare(inbox)
+
+        def open_rows() -> bool:
+            return self._store.open_inputs(
+                self.task_id, self.worker, inbox.name, plan.to_open, plan.supersede
+            )
+
+        if not self._store_call(open_rows, "opening input requests"):
             self.mark_lost()
             raise TaskCancelled("the task was cancelled")
         waiting_since = time.monotonic()
@@ -284,10 +378,35 @@ class Runtime:
         }
         return plan
 
+    def _declare(self, inbox: InboxWaiter) -> None:
+        """Declare the inbox before any client can see the request. With the broker down this is
+        skipped: a wake-up declares the queue on its way (``channel.send_wake``), the wait's
+        consumer declares it again, and the waiter re-reads its row every few seconds anyway."""
+        try:
+            inbox.declare()
+        except Exception as exc:
+            if not is_infrastructure(exc):
+                raise
+            self._note_inbox_down(exc)
+
+    def _note_inbox_down(self, exc: BaseException) -> None:
+        if not self._inbox_down:
+            logger.warning(
+                "job %s: the broker is unreachable (%s); waiting for input by reading the row",
+                self.job_id,
+                type(exc).__name__,
+            )
+        self._inbox_down = True
+
     def _wait(self, inbox: InboxWaiter, keys: list[str], deadline: float, timeout_s: float) -> dict[str, Any]:
         """Block until every one of ``keys`` (row keys) has an answer; the answers by row key."""
+
+        def state() -> tuple[bool, dict[str, Any]]:
+            return self._store.input_state(self.task_id, self.worker, keys)
+
         while True:
-            mine, answers = self._store.input_state(self.task_id, self.worker, keys)
+            self.check_stopping()
+            mine, answers = self._store_call(state, "reading input answers")
             if not mine:
                 self.mark_lost()
                 raise TaskCancelled("the task was cancelled")
@@ -295,6 +414,19 @@ class Runtime:
                 return answers
             left = deadline - time.monotonic()
             if left <= 0:
-                self._store.expire_inputs(self.task_id, self.worker, keys)
+                self._store_call(
+                    lambda: self._store.expire_inputs(self.task_id, self.worker, keys),
+                    "expiring input requests",
+                )
                 raise InputTimedOut(f"Nobody answered the input request within {timeout_s:.0f} s")
-            inbox.wait(self.task_id, min(left, _REREAD_S))
+            slice_s = min(left, _REREAD_S)
+            started = time.monotonic()
+            try:
+                inbox.wait(self.task_id, slice_s)
+                self._inbox_down = False
+            except Exception as exc:
+                # A lost wake-up costs latency only: poll the row until the broker is back.
+                if not is_infrastructure(exc):
+                    raise
+                self._note_inbox_down(exc)
+                time.sleep(max(0.0, min(_POLL_S, slice_s - (time.monotonic() - started))))
