@@ -27,9 +27,10 @@ from mcp_celery_tasks import channel, gc, metrics, tracing
 from mcp_celery_tasks.broker import profile_for
 from mcp_celery_tasks.celery_app import COLLECT_GARBAGE, RUN_TOOL, SWEEP, beat_schedule, load_installed_tools
 from mcp_celery_tasks.channel import Inbox
+from mcp_celery_tasks.jobprocess import die_as_told, soft_limit_signal, stop_requested, stop_signal
 from mcp_celery_tasks.observe import Telemetry
 from mcp_celery_tasks.registry import all_tools
-from mcp_celery_tasks.runner import JobRunner, soft_limit_signal
+from mcp_celery_tasks.runner import JobRunner
 from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import WorkerStore
 from mcp_celery_tasks.watchdog import RunningJob, Watchdog
@@ -66,6 +67,10 @@ def _after_fork(**_: Any) -> None:
     # The main process's watchdog signals a job past its soft time limit (SIGUSR2: billiard keeps
     # SIGUSR1 for Celery's own soft time limits).
     signal.signal(signal.SIGUSR2, soft_limit_signal)
+    # A cold shutdown (a deploy: SIGQUIT, or SIGTERM with REMAP_SIGTERM=SIGQUIT) ends by sending
+    # each pool child SIGTERM: the running job is given back first (not an attempt), then the
+    # child dies as told. See runner's docstring on what an attempt is.
+    signal.signal(signal.SIGTERM, stop_signal)
 
 
 def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: str) -> threading.Thread:
@@ -163,10 +168,15 @@ def install(
         try:
             outcome = runner.run(job_id, dict(self.request.headers or {}))
         except Exception:
+            if stop_requested():
+                die_as_told()
             # A bug or an outage outside tool code: never a tool result. Retry later; the
             # claim's attempt cap turns a job that keeps failing into a failed task.
             logger.exception("job %s could not be run; retrying", job_id)
             raise self.retry(countdown=5.0, max_retries=None) from None
+        if outcome.status == "stopping" or stop_requested():
+            # Given back: the message must not be acknowledged (the broker redelivers it).
+            die_as_told()
         if outcome.retry_in is not None:
             raise self.retry(countdown=outcome.retry_in, max_retries=None)
 
