@@ -2,8 +2,10 @@
 signals it gets from outside the job (no Celery here).
 
 - SIGUSR2 from the main process's watchdog: the running job passed its soft time limit.
-- SIGTERM from a cold shutdown (a deploy): the running tool gets ``WorkerStopping`` so the runner
-  can give its job back before the process dies as told (see ``runner`` on what an attempt is).
+- The pool's termination signal from a cold shutdown (a deploy): SIGTERM, or SIGQUIT under
+  ``REMAP_SIGTERM=SIGQUIT``. The running tool gets ``WorkerStopping`` so the runner can give its
+  job back; then the handler the pool had installed for that signal runs, and the process ends
+  exactly as it would have (see ``runner`` on what an attempt is).
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from mcp_celery_tasks.runtime import Runtime
 
 __all__ = [
+    "catch_stop_signal",
     "die_as_told",
     "in_job",
     "running_tool",
@@ -36,7 +40,28 @@ _CURRENT: Runtime | None = None
 _IN_JOB = False
 """``JobRunner.run`` is under way in this process (claim, tool or outcome write)."""
 _STOP_REQUESTED = False
-"""This process was told to stop (SIGTERM from a cold shutdown)."""
+"""This process was told to stop (its pool's termination signal, a cold shutdown)."""
+_STOP_SIGNUM: int | None = None
+_HANDED_OVER: dict[int, Any] = {}
+"""The handler each caught signal had before ours (the pool's): it runs once the job is given back."""
+_CAUGHT_IN: int | None = None  # the pid whose handlers these are
+
+
+def catch_stop_signal(signum: int) -> None:
+    """Install ``stop_signal`` for ``signum`` in this process, once; the handler it replaces runs
+    after it. Called when a job starts: the pool sets its own handlers after the child's
+    initializers run, so an earlier install would be overwritten."""
+    global _CAUGHT_IN
+    if os.getpid() == _CAUGHT_IN and signum in _HANDED_OVER:
+        return
+    if os.getpid() != _CAUGHT_IN:
+        _HANDED_OVER.clear()
+        _CAUGHT_IN = os.getpid()
+    previous = signal.getsignal(signum)
+    if previous == signal.SIG_IGN or previous is stop_signal:
+        return  # ignored on purpose (REMAP_SIGTERM) or ours already
+    _HANDED_OVER[signum] = previous
+    signal.signal(signum, stop_signal)
 
 
 def worker_identity() -> str:
@@ -78,24 +103,31 @@ def stop_requested() -> bool:
     return _STOP_REQUESTED
 
 
-def stop_signal(signum: int, frame: object) -> None:
-    """The SIGTERM handler of a pool child: the worker is stopping (a deploy). A running tool gets
+def stop_signal(signum: int, frame: Any) -> None:
+    """A pool child's termination handler: the worker is stopping (a deploy). A running tool gets
     ``WorkerStopping`` at once (or right after our own store call) so the runner can give its job
-    back; during a claim or an outcome write the flag is enough (the caller dies once the job
-    returns); with no job at all the process dies at once, as it would have."""
-    global _STOP_REQUESTED
+    back; during a claim or an outcome write the flag is enough (the caller ends the process once
+    the job returns); with no job at all the process ends at once, as it would have."""
+    global _STOP_REQUESTED, _STOP_SIGNUM
     _STOP_REQUESTED = True
+    _STOP_SIGNUM = signum
     runtime = _CURRENT
     if runtime is not None:
         runtime.stop_signalled()
     elif not _IN_JOB:
-        die_as_told()
+        die_as_told(frame)
 
 
-def die_as_told() -> None:
-    """End this process by the SIGTERM it was sent (the default action, as if never caught)."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+def die_as_told(frame: Any = None) -> None:
+    """End this process the way the signal it was sent would have: the pool's own handler (it
+    marks the exit as the worker's, not the job's), or the default action."""
+    signum = _STOP_SIGNUM or signal.SIGTERM
+    previous: Callable[[int, Any], Any] | int | None = _HANDED_OVER.get(signum)
+    if callable(previous):
+        previous(signum, frame)  # billiard's: raises SystemExit after marking the shutdown
+        return
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
     time.sleep(60)  # the signal is delivered on the way out of os.kill; never reached
     os._exit(1)
 

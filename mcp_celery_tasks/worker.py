@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from billiard.common import TERM_SIGNAL
 from celery import Celery, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.worker import state as worker_state
@@ -27,7 +28,7 @@ from mcp_celery_tasks import channel, gc, metrics, tracing
 from mcp_celery_tasks.broker import profile_for
 from mcp_celery_tasks.celery_app import COLLECT_GARBAGE, RUN_TOOL, SWEEP, beat_schedule, load_installed_tools
 from mcp_celery_tasks.channel import Inbox
-from mcp_celery_tasks.jobprocess import die_as_told, soft_limit_signal, stop_requested, stop_signal
+from mcp_celery_tasks.jobprocess import catch_stop_signal, die_as_told, soft_limit_signal, stop_requested
 from mcp_celery_tasks.observe import Telemetry
 from mcp_celery_tasks.registry import all_tools
 from mcp_celery_tasks.runner import JobRunner
@@ -67,10 +68,6 @@ def _after_fork(**_: Any) -> None:
     # The main process's watchdog signals a job past its soft time limit (SIGUSR2: billiard keeps
     # SIGUSR1 for Celery's own soft time limits).
     signal.signal(signal.SIGUSR2, soft_limit_signal)
-    # A cold shutdown (a deploy: SIGQUIT, or SIGTERM with REMAP_SIGTERM=SIGQUIT) ends by sending
-    # each pool child SIGTERM: the running job is given back first (not an attempt), then the
-    # child dies as told. See runner's docstring on what an attempt is.
-    signal.signal(signal.SIGTERM, stop_signal)
 
 
 def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: str) -> threading.Thread:
@@ -141,6 +138,7 @@ def install(
     _stores.append(store)
     tracing.configure(settings, "mcp-celery-tasks-worker")
     runner = JobRunner(store, settings, inbox_factory(app), observer=Telemetry())
+    main_pid = os.getpid()  # a threads or solo pool runs jobs here: no per-job signal to catch
 
     @signals.worker_ready.connect(weak=False)
     def _watch(sender: Any = None, **_: Any) -> None:
@@ -165,6 +163,12 @@ def install(
         max_retries=None,
     )
     def run_tool(self: Any, job_id: str) -> None:
+        # A cold shutdown (a deploy) ends by sending each pool child the pool's termination signal
+        # (SIGTERM; SIGQUIT under REMAP_SIGTERM=SIGQUIT): the running job is given back first (not
+        # an attempt), then billiard's own handler ends the child. Installed here, not at fork:
+        # billiard sets its handlers after the child's initializers.
+        if os.getpid() != main_pid:
+            catch_stop_signal(TERM_SIGNAL)
         try:
             outcome = runner.run(job_id, dict(self.request.headers or {}))
         except Exception:

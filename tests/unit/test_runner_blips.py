@@ -4,11 +4,13 @@ held until the outcome is written."""
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 from mcp_types import jsonrpc as codes
 
-from mcp_celery_tasks import TaskContext, tool
+from mcp_celery_tasks import TaskContext, jobprocess, tool
 from mcp_celery_tasks.errors import WorkerStopping
 from tests.doubles import MemoryStore
 from tests.unit.test_runner import Recorder, SpyLeases, make_runner
@@ -86,9 +88,7 @@ def test_the_lease_is_kept_until_the_outcome_is_written() -> None:
 
 
 def test_a_stop_signalled_before_the_tool_began_gives_the_job_back(monkeypatch: Any) -> None:
-    from mcp_celery_tasks import jobprocess as runner_module
-
-    monkeypatch.setattr(runner_module, "_STOP_REQUESTED", True)
+    monkeypatch.setattr(jobprocess, "_STOP_REQUESTED", True)
     store, observer = MemoryStore(), Recorder()
     row = store.add(PREFIX + "echo")
     assert make_runner(store, observer).run(row.job_id).status == "stopping"
@@ -96,15 +96,41 @@ def test_a_stop_signalled_before_the_tool_began_gives_the_job_back(monkeypatch: 
 
 
 def test_stop_signal_hands_the_running_tool_a_worker_stopping(monkeypatch: Any) -> None:
-    from mcp_celery_tasks import jobprocess as runner_module
-
     seen: list[bool] = []
 
     class Spy:
         def stop_signalled(self) -> None:
             seen.append(True)
 
-    monkeypatch.setattr(runner_module, "_CURRENT", Spy())
-    monkeypatch.setattr(runner_module, "_STOP_REQUESTED", False)
-    runner_module.stop_signal(15, None)
-    assert seen == [True] and runner_module.stop_requested()
+    monkeypatch.setattr(jobprocess, "_CURRENT", Spy())
+    monkeypatch.setattr(jobprocess, "_STOP_REQUESTED", False)
+    jobprocess.stop_signal(15, None)
+    assert seen == [True] and jobprocess.stop_requested()
+
+
+def test_the_stop_handler_runs_first_then_hands_over_to_the_pools(monkeypatch: Any) -> None:
+    handed: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: handed.append(signum))
+    monkeypatch.setattr(jobprocess, "_STOP_REQUESTED", False)
+    monkeypatch.setattr(jobprocess, "_CURRENT", None)
+    monkeypatch.setattr(jobprocess, "_CAUGHT_IN", None)
+    monkeypatch.setattr(jobprocess, "_HANDED_OVER", {})
+    try:
+        jobprocess.catch_stop_signal(signal.SIGUSR1)
+        jobprocess.catch_stop_signal(signal.SIGUSR1)  # once per process
+        assert signal.getsignal(signal.SIGUSR1) is jobprocess.stop_signal
+        os.kill(os.getpid(), signal.SIGUSR1)  # no job under way: straight to the pool's handler
+        assert handed == [signal.SIGUSR1] and jobprocess.stop_requested()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_an_ignored_termination_signal_stays_ignored(monkeypatch: Any) -> None:
+    previous = signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # REMAP_SIGTERM: children ignore SIGTERM
+    monkeypatch.setattr(jobprocess, "_CAUGHT_IN", None)
+    monkeypatch.setattr(jobprocess, "_HANDED_OVER", {})
+    try:
+        jobprocess.catch_stop_signal(signal.SIGUSR1)
+        assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
