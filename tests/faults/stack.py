@@ -110,9 +110,10 @@ class FaultClient:
         *,
         extension: bool = True,
         timeout: float | None = None,
+        capabilities: dict[str, Any] | None = None,
     ) -> Call:
         self._next_id += 1
-        params = {**params, "_meta": support.meta(extension)}
+        params = {**params, "_meta": support.meta(extension, **(capabilities or {}))}
         headers = {
             "Content-Type": "application/json",
             "Accept": "application/json, text/event-stream",
@@ -297,8 +298,8 @@ class FaultStack:
 
         support.wait_until(healthy, 30, 0.1, what="the API to answer /healthz")
 
-    def start_worker(self, label: str = "worker") -> None:
-        self._spawn(label, self._worker_args(label, self.queues[0], 2))
+    def start_worker(self, label: str = "worker", concurrency: int = 2) -> None:
+        self._spawn(label, self._worker_args(label, self.queues[0], concurrency))
 
     def start_maintenance(self) -> None:
         self._spawn("maintenance", self._worker_args("maintenance", self.queues[1], 1))
