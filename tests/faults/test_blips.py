@@ -15,7 +15,9 @@ import os
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -152,9 +154,29 @@ def rabbitmq_vhost(name: str) -> Iterator[str]:
             timeout=60,
             capture_output=True,
         )
-        yield support.AMQP_URL.rstrip("/").rsplit("/", 1)[0] + "/" + name
+        yield urlunsplit(urlsplit(support.AMQP_URL)._replace(path=f"/{name}"))
     finally:
         subprocess.run([*ctl, "delete_vhost", name], timeout=60, capture_output=True)
+
+
+def rabbitmq_queue_messages(vhost: str, queue: str) -> int:
+    """Ready plus unacknowledged messages in ``queue`` of ``vhost``."""
+    done = subprocess.run(
+        ["rabbitmqctl", "-q", "list_queues", "-p", vhost, "name", "messages"],
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    for line in done.stdout.splitlines():
+        name, _, count = line.partition("\t")
+        if name == queue:
+            return int(count)
+    return 0
+
+
+def jobs_of(stack: FaultStack, mix: Mix) -> list[str]:
+    return [row["job_id"] for row in stack.rows(list(mix.ids)).values()]
 
 
 def rabbitmqctl_usable() -> bool:
@@ -186,8 +208,15 @@ def test_closing_every_rabbitmq_connection_fails_no_task(services: FaultServices
             )
             time.sleep(1.0)
 
+        def messages() -> Counter[str]:
+            # RabbitMQ counts per queue, not per job: every message is charged to each job, so
+            # "at most one per job" here means at most one left in the whole queue.
+            total = rabbitmq_queue_messages(vhost, stack.queues[0])
+            return Counter(dict.fromkeys(jobs_of(stack, mix), total))
+
+        mix = Mix()
         try:
-            numbers = blip(services, stack, close_connections)
+            numbers = blip(services, stack, close_connections, mix=mix, count_messages=messages)
         finally:
             delete_amqp_queues(url, stack.queues)
         print(f"\nrabbitmq connections closed: {numbers}")
