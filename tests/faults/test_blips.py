@@ -21,6 +21,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import WorkerStore
 from tests import support
 from tests.faults.blips import (
     BLIP_SETTINGS,
@@ -285,3 +287,36 @@ def test_three_rolling_restarts_of_every_worker_keep_answers_and_attempts(
             f"\n{rounds} rolling restarts: waiting again {', '.join(f'{t:.1f}' for t in took)} s after each "
             f"stop; {seen.line()}; most live messages per job afterwards: {messages}"
         )
+
+
+@pytest.mark.slow
+def test_an_admin_cancel_of_a_task_whose_worker_died_ends_cancelled(
+    services: FaultServices, fault_db: str
+) -> None:
+    name = "blip-dead-cancel"
+    stack = FaultStack(name, fault_db, services.broker.url, services.root / "runs" / name, **BLIP_SETTINGS)
+    mix = Mix(asks=1, reports=0, busy=1, work_ms=60_000)
+    with running(stack):
+        start_blip_stack(stack, mix)
+        client = FaultClient(stack.url, "alice")
+        stack.closing(client)
+        mix.start(client)
+        wait_in_flight(stack, mix)
+        stack.kill("worker")  # every job's process dies with it; no worker takes them over
+        store = WorkerStore(Settings(database_url=fault_db))
+        try:
+            for row in stack.rows(list(mix.ids)).values():
+                assert store.admin_cancel(row["job_id"], "cancelled by an admin").found
+        finally:
+            store.close()
+        cancelled_at = time.monotonic()
+
+        def shown() -> dict[str, str]:
+            found = stack.query(
+                "SELECT task_id, status FROM mcp_tasks_overview WHERE task_id = ANY(%s)", list(mix.ids)
+            )
+            return {r["task_id"]: r["status"] for r in found}
+
+        assert set(shown().values()) == {"stopping"}  # the leases have not run out yet
+        support.wait_until(lambda: set(shown().values()) == {"cancelled"}, 30, 0.2, what="stopping to end")
+        print(f"\nadmin cancel, worker dead: cancelled {time.monotonic() - cancelled_at:.1f} s later")
