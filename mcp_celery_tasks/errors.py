@@ -20,6 +20,7 @@ knows its JSON-RPC code.
     │   └── SoftTimeLimitExceeded  the tool ran past its soft time limit
     ├── McpError                 raised by tool code: the task fails with this JSON-RPC error
     └── InfrastructureError      Postgres or the broker failed; never a tool result (retried)
+        └── OutageTooLong        (``blips``) unreachable past the outage budget: the task fails
 
     BaseException
     ├── TaskCancelled            the task was cancelled; the worker stops quietly. Not an

@@ -139,7 +139,13 @@ def test_a_60_second_postgres_outage_fails_no_task(services: FaultServices, faul
         finally:
             services.postgres.start()
 
-    numbers = blip(services, stack, outage, mix=Mix(work_ms=65_000))
+    numbers = blip(
+        services,
+        stack,
+        outage,
+        mix=Mix(work_ms=65_000),
+        count_messages=lambda: redis_live_messages(services.broker.socket, stack.queues[0]),
+    )
     print(f"\npostgres 60 s down: {numbers}")
 
 
