@@ -25,8 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from mcp_types import jsonrpc as codes
 
@@ -35,9 +34,7 @@ from mcp_celery_tasks.context import TaskContext, bind
 from mcp_celery_tasks.errors import (
     TASKS_EXTENSION,
     InfrastructureError,
-    InputTimedOut,
     McpError,
-    SoftTimeLimitExceeded,
     TaskCancelled,
     ToolError,
     WorkerStopping,
@@ -45,6 +42,16 @@ from mcp_celery_tasks.errors import (
 from mcp_celery_tasks.jobprocess import in_job, running_tool, worker_identity
 from mcp_celery_tasks.leases import LeaseKeeper
 from mcp_celery_tasks.observe import SILENT, JobObserver
+from mcp_celery_tasks.outcomes import (
+    CANCELLED,
+    MAX_DETAIL_CHARS,
+    RETRY,
+    STOPPING,
+    SUPERSEDED,
+    JobOutcome,
+    Outcome,
+    tool_error_kind,
+)
 from mcp_celery_tasks.registry import ToolSpec, get_tool
 from mcp_celery_tasks.results import error_result, to_call_tool_result
 from mcp_celery_tasks.runtime import InboxWaiter, Runtime, RuntimeStore
@@ -81,43 +88,6 @@ class JobStore(RuntimeStore, Protocol):
     ) -> bool: ...
 
     def mark_stopped(self, task_id: str, worker: str) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class JobOutcome:
-    """What to do with the Celery message: ``retry_in`` seconds, or done (None)."""
-
-    status: str
-    retry_in: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What a run came to: ``completed`` (``result``), ``failed`` (``error``), ``cancelled``,
-    ``retry`` (an outage under the tool, never a result) or ``superseded`` (recorded too late)."""
-
-    status: str
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    message: str | None = None
-    kind: str | None = None
-    """For admins: why it failed or ended in a tool error (tool_error, crash, mcp_error, …)."""
-    detail: str | None = None
-    """For admins: what went wrong, as the tool said it (never a stack trace)."""
-
-    @property
-    def label(self) -> str:
-        """The outcome as metrics and logs name it: a tool error is not a plain completion."""
-        if self.status == "completed" and self.result is not None and self.result.get("isError"):
-            return "tool_error"
-        return self.status
-
-
-CANCELLED: Final = Outcome("cancelled")
-RETRY: Final = Outcome("retry")
-STOPPING: Final = Outcome("stopping")
-"""The worker process is being stopped: the job is given back and the process dies."""
-SUPERSEDED: Final = Outcome("superseded")
 
 
 class JobRunner:
@@ -268,7 +238,7 @@ class JobRunner:
             return STOPPING
         except ToolError as exc:
             said = str(exc) or type(exc).__name__
-            return Outcome("completed", result=error_result(said), kind=_tool_error_kind(exc), detail=said)
+            return Outcome("completed", result=error_result(said), kind=tool_error_kind(exc), detail=said)
         except McpError as exc:
             return Outcome(
                 "failed", error=exc.to_error(), message=exc.message, kind="mcp_error", detail=exc.message
@@ -397,19 +367,8 @@ class JobRunner:
             logger.warning("could not mark job %s stopped", job.job_id, exc_info=True)
 
 
-MAX_DETAIL_CHARS: Final = 2000
-
-
 class _TooLarge(Exception):
     """The tool's result is over ``max_result_bytes``."""
-
-
-def _tool_error_kind(exc: ToolError) -> str:
-    if isinstance(exc, SoftTimeLimitExceeded):
-        return "soft_time_limit"
-    if isinstance(exc, InputTimedOut):
-        return "input_timeout"
-    return "tool_error"
 
 
 def _call(spec: ToolSpec, ctx: TaskContext, arguments: dict[str, Any]) -> Any:

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from mcp_celery_tasks.asks import Requests, plan_ask
 from mcp_celery_tasks.blips import OutageTooLong, is_infrastructure, ride_out
 from mcp_celery_tasks.errors import (
     InputTimedOut,
@@ -38,14 +37,10 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_AUTO_KEY = re.compile(r"\d+-[0-9a-f]{16}")
 _REREAD_S = 3.0
 """While blocked for input, re-read the row at least this often: a lost wake-up costs latency only."""
 _POLL_S = 1.0
 """With the broker unreachable, a waiting job reads its row this often instead."""
-
-Requests = dict[str, tuple[str, dict[str, Any] | None, str]]
-"""``{key: (method, params, params hash)}``: the input requests of one ask."""
 
 
 class RuntimeStore(Protocol):
@@ -81,20 +76,6 @@ class InboxWaiter(Protocol):
     def declare(self) -> None: ...
 
     def wait(self, task_id: str, timeout_s: float) -> bool: ...
-
-
-@dataclass(slots=True)
-class _Plan:
-    """One ask against what earlier runs recorded: answers to replay, rows to open."""
-
-    stored_key: dict[str, str] = field(default_factory=dict)  # the author's key -> the row's key
-    to_open: list[dict[str, Any]] = field(default_factory=list)
-    supersede: list[str] = field(default_factory=list)
-    answers: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def pending(self) -> dict[str, str]:
-        return {key: stored for key, stored in self.stored_key.items() if key not in self.answers}
 
 
 class Runtime:
@@ -313,7 +294,7 @@ class Runtime:
         ``TaskCancelled`` if the task stops being ours, ``InputTimedOut`` after ``timeout_s``.
         """
         recorded = self._store_call(lambda: self._store.all_inputs(self.task_id), "reading input requests")
-        plan = self._plan(requests, recorded)
+        plan = plan_ask(requests, recorded)
         pending = plan.pending
         if not pending:
             return plan.answers
@@ -335,48 +316,6 @@ class Runtime:
         finally:
             self._waited += time.monotonic() - waiting_since  # not counted against time limits
         return {**plan.answers, **{key: answers[stored] for key, stored in pending.items()}}
-
-    @staticmethod
-    def _plan(requests: Requests, recorded: dict[str, InputRecord]) -> _Plan:
-        plan = _Plan()
-        for key, (method, params, digest) in requests.items():
-            aliases = [key, *sorted(k for k in recorded if k.startswith(key + "~"))]
-            match = next(
-                (
-                    k
-                    for k in aliases
-                    if k in recorded and recorded[k].params_hash == digest and not recorded[k].superseded
-                ),
-                None,
-            )
-            if match is not None:
-                plan.stored_key[key] = match  # asked before (a re-run): replay the answer or wait on
-                continue
-            if _AUTO_KEY.fullmatch(key):
-                # An automatic key is ``<ordinal>-<hash>``: the same ordinal with another hash
-                # is the question this re-run no longer asks; it must not stay outstanding.
-                ordinal = key.split("-", 1)[0] + "-"
-                plan.supersede += [
-                    k
-                    for k, row in recorded.items()
-                    if k.startswith(ordinal) and k != key and row.response is None and not row.superseded
-                ]
-            new_key = key
-            if key in recorded:
-                # The key once named another request: never reuse it (S-26); ask anew.
-                plan.supersede += [k for k in aliases if k in recorded and recorded[k].response is None]
-                suffix = 2
-                while f"{key}~{suffix}" in recorded:
-                    suffix += 1
-                new_key = f"{key}~{suffix}"
-            plan.stored_key[key] = new_key
-            plan.to_open.append({"key": new_key, "method": method, "params": params, "params_hash": digest})
-        plan.answers = {
-            key: recorded[stored].response
-            for key, stored in plan.stored_key.items()
-            if stored in recorded and recorded[stored].response is not None
-        }
-        return plan
 
     def _declare(self, inbox: InboxWaiter) -> None:
         """Declare the inbox before any client can see the request. With the broker down this is

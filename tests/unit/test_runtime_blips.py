@@ -59,7 +59,7 @@ def test_an_unreachable_broker_turns_an_input_wait_into_polling_the_row() -> Non
     runtime = runtime_for(store, row, inbox)
 
     def client() -> None:
-        wait_until(lambda: store.outstanding(row.task_id), 5, 0.01, what="the question")
+        wait_until(lambda: store.outstanding(row.task_id), 15, 0.01, what="the question")
         for key in store.outstanding(row.task_id):
             store.answer(row.task_id, key, ACCEPT)
 
@@ -70,7 +70,7 @@ def test_an_unreachable_broker_turns_an_input_wait_into_polling_the_row() -> Non
     answering.join()
     assert answers == {"q": ACCEPT}
     assert inbox.declared == 1 and inbox.waits >= 1
-    assert time.monotonic() - started < 5  # polled about once a second, not stuck
+    assert time.monotonic() - started < 15  # polled about once a second, not stuck until the timeout
 
 
 def test_an_outage_past_the_budget_ends_in_outage_too_long() -> None:
