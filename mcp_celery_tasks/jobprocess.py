@@ -96,6 +96,7 @@ def running_tool(runtime: Runtime) -> Iterator[None]:
         yield
     finally:
         _CURRENT = None
+        runtime.tool_done()
 
 
 def stop_requested() -> bool:

@@ -124,6 +124,7 @@ class Runtime:
         self._store_calls = 0  # our own store calls under way in the job's thread (never interrupted)
         self._outage_budget_s = outage_budget_s
         self._stopping = False
+        self._tool_done = False  # past the tool: the outcome is recorded whatever the signal
         self._inbox_down = False
 
     # ---- the soft time limit ------------------------------------------------------------------
@@ -176,8 +177,13 @@ class Runtime:
             raise WorkerStopping("the worker is stopping")
 
     def check_stopping(self) -> None:
-        if self._stopping:
+        if self._stopping and not self._tool_done:
             raise WorkerStopping("the worker is stopping")
+
+    def tool_done(self) -> None:
+        """The tool returned (or raised): from here on a stop never interrupts the runtime (the
+        runner records the outcome; the process ends after that)."""
+        self._tool_done = True
 
     @contextlib.contextmanager
     def _uninterrupted(self) -> Iterator[None]:
@@ -192,18 +198,21 @@ class Runtime:
         finally:
             if main:
                 self._store_calls -= 1
-                if self._stopping and not self._store_calls:
-                    raise WorkerStopping("the worker is stopping")
+                if not self._store_calls:
+                    self.check_stopping()
 
     def _store_call(self, call: Callable[[], T], what: str) -> T:
         """A store call of the job's thread, riding out an outage for up to the budget."""
         try:
             with self._uninterrupted():
-                return ride_out(call, budget_s=self._outage_budget_s, what=what, stop=lambda: self._stopping)
+                return ride_out(call, budget_s=self._outage_budget_s, what=what, stop=self._interrupted)
         except OutageTooLong:
-            if self._stopping:
+            if self._interrupted():
                 raise WorkerStopping("the worker is stopping") from None
             raise
+
+    def _interrupted(self) -> bool:
+        return self._stopping and not self._tool_done
 
     # ---- the lost flag -----------------------------------------------------------------------
 

@@ -79,7 +79,7 @@ def blip(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["graceful", "kill-9"])
+@pytest.mark.parametrize("how", ["graceful", "kill-9", "kill-9-no-persistence"])
 def test_a_redis_restart_fails_no_task_and_reruns_no_body(
     services: FaultServices, fault_db: str, how: str
 ) -> None:
@@ -88,6 +88,8 @@ def test_a_redis_restart_fails_no_task_and_reruns_no_body(
 
     def restart() -> None:
         services.broker.stop(signal.SIGTERM if how == "graceful" else signal.SIGKILL)
+        if how == "kill-9-no-persistence":
+            services.broker.wipe()  # every message and inbox gone, as a Redis without AOF
         time.sleep(1.0)  # deliberate: the outage itself
         services.broker.start()
 

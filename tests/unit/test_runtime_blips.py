@@ -163,3 +163,15 @@ def test_stop_signal_during_an_input_wait_leaves_the_question_outstanding() -> N
         runtime.ask({"q": question("Sure?")}, timeout_s=30)
     assert store.outstanding(row.task_id) == ["q"] and _answers(store, row.task_id) == {"q": None}
     assert row.worker == ME and row.status == "input_required"
+
+
+def test_once_the_tool_is_done_a_stop_no_longer_interrupts_the_outcome_write() -> None:
+    store = MemoryStore()
+    row = claimed_row(store)
+    runtime = runtime_for(store, row, report_interval_s=60.0)
+    runtime.report("first")
+    runtime.report("last words")
+    runtime._stopping = True  # signalled while the tool was swallowing every exception
+    runtime.tool_done()
+    runtime.flush()  # the runner's flush before the outcome: no WorkerStopping
+    assert row.status_message == "last words"
