@@ -32,7 +32,9 @@ from tests.faults import RUN_DIR_ENV
 
 TOKENS = {"alice": "faults-alice-token", "bob": "faults-bob-token"}
 PRINCIPALS = tuple(TOKENS)
-TOOL_MODULES = support.TEST_TOOL_MODULES[:-1] + ', "tests.faults.tools"]'
+# The fault tools block a worker for as long as they are told to: only the fault stacks load them
+# (a fuzzer calling them with a huge duration would starve every other stack's workers).
+TOOL_MODULES = support.TEST_TOOL_MODULES[:-1] + ', "tests.faults.tools", "tests.fixtures.faults"]'
 FAST_RECOVERY = {
     "MCP_TASKS_LEASE_SECONDS": "3",
     "MCP_TASKS_SWEEP_INTERVAL_SECONDS": "1",
