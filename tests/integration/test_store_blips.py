@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from mcp_types import jsonrpc as codes
 
+from mcp_celery_tasks import gc
+from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, WorkerStore
 from tests.integration.conftest import Db
@@ -103,3 +105,44 @@ async def test_stopping_ends_when_nobody_runs_the_job(
         given_back.task_id: "cancelled",
     }
     assert worker_store.end_unattended_stops() == 0
+
+
+async def test_a_sweep_that_could_not_reach_the_database_holds_back_lost_lease_reclaims(
+    api: ApiStore, settings: Settings, db: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sweep_settings = settings.model_copy(update={"lease_grace_seconds": 1.0, "lease_seconds": 30.0})
+    store = WorkerStore(sweep_settings)
+    monkeypatch.setattr(gc, "_missed", False)
+    published: list[tuple[str, str]] = []
+
+    def sweep() -> int:
+        return gc.sweep(store, lambda job, queue: published.append((job, queue)), sweep_settings,
+                        queue_depth=lambda queue: 100)  # fmt: skip
+
+    try:
+        record = await api.create_task(new_task())
+        assert store.mark_dispatched([record.job_id]) == 1
+        assert store.claim(record.job_id, ME, LEASE_S) is not None
+        set_columns(db, record.task_id, "lease_until = now() - interval '1 minute'")
+        sweep()  # a normal sweep: the lease is lost, the job published again
+        assert published == [(record.job_id, "mcp.default")]
+        published.clear()
+
+        def unreachable(*args: object, **kwargs: object) -> int:
+            raise InfrastructureError("the task database is unavailable")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(store, "fail_undispatched", unreachable)
+            with pytest.raises(InfrastructureError):
+                sweep()
+        sweep()  # the database is back: a lapsed lease may be a live worker's that could not renew
+        assert published == []
+        gap = db.execute("SELECT 1 FROM mcp_maintenance WHERE job = %s", (gc.GAP,)).fetchone()
+        assert gap is not None
+        db.execute(
+            "UPDATE mcp_maintenance SET last_run_at = now() - interval '1 hour' WHERE job = %s", (gc.GAP,)
+        )
+        sweep()  # a lease and its grace after the gap: a lapsed lease means a dead worker again
+        assert published == [(record.job_id, "mcp.default")]
+    finally:
+        store.close()
