@@ -110,7 +110,8 @@ WHERE job_id = ANY(%(job_ids)s) AND dispatched_at IS NULL
 # ``grace_s`` after this server started. A lease that ran out while Postgres was down (restarted,
 # or in recovery) lapsed while nobody could renew it: a live worker renews within a second of
 # the database coming back, so its job is not taken from it. ``pg_postmaster_start_time()``
-# is when this server (a restarted one, or a promoted standby) began accepting connections.
+# is when this server process started: it covers restarts and crashes, not a failover to a
+# standby that was already running (there the sweeper's own gap memory is what holds back).
 _LEASE_LAPSED: Final = (
     "GREATEST(lease_until, pg_postmaster_start_time()) < now() - %(grace_s)s * interval '1 second'"
 )
