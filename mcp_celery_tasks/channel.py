@@ -14,6 +14,7 @@ import concurrent.futures
 import contextlib
 import logging
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from typing import Any
 from kombu import Consumer, Exchange, Queue
 
 from mcp_celery_tasks import metrics
+from mcp_celery_tasks.blips import is_infrastructure
 from mcp_celery_tasks.broker import profile_for
 
 __all__ = [
@@ -41,6 +43,7 @@ logger = logging.getLogger(__name__)
 RUN_TOOL = "mcp_celery_tasks.run_tool"
 INBOX_EXPIRES_S = 86_400
 _FLUSH_DELAY_S = 0.1
+_CONNECT_TIMEOUT_S = 2.0
 _DEFAULT_EXCHANGE = Exchange("")
 
 
@@ -249,7 +252,9 @@ class Inbox:
     """One worker process's inbox queue: wake-ups for the tasks it waits on.
 
     A wake-up is a hint: the waiter re-reads its row. Wake-ups for other tasks (left over from
-    an earlier wait) are acknowledged and ignored.
+    an earlier wait) are acknowledged and ignored. A broker error (``blips.is_infrastructure``)
+    drops the connection and is raised: the runtime then polls the row until the broker is back,
+    and the next call connects again.
     """
 
     def __init__(self, app: Any, name: str) -> None:
@@ -259,12 +264,23 @@ class Inbox:
 
     def _connection(self) -> Any:
         if self._conn is None:
-            self._conn = self._app.connection_for_write()
-            self._conn.ensure_connection(max_retries=3)
+            conn = self._app.connection_for_write()
+            try:
+                # One quick try: the caller polls its row meanwhile, and tries again.
+                conn.ensure_connection(max_retries=1, interval_start=0, timeout=_CONNECT_TIMEOUT_S)
+            except BaseException:
+                conn.release()
+                raise
+            self._conn = conn
         return self._conn
 
     def declare(self) -> None:
-        inbox_queue(self.name)(self._connection().default_channel).declare()
+        try:
+            inbox_queue(self.name)(self._connection().default_channel).declare()
+        except Exception as exc:
+            if is_infrastructure(exc):
+                self.close()
+            raise
 
     def wait(self, task_id: str, timeout_s: float) -> bool:
         """Block up to ``timeout_s`` for a wake-up naming ``task_id``; True if one came."""
@@ -284,13 +300,13 @@ class Inbox:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
-                    with contextlib.suppress(TimeoutError):
+                    with contextlib.suppress(socket.timeout):
                         conn.drain_events(timeout=min(left, 1.0))
                     conn.heartbeat_check()
-        except OSError:
-            # The broker hiccupped: drop the connection; the caller re-reads its row anyway.
-            self.close()
-            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        except Exception as exc:
+            if is_infrastructure(exc):
+                self.close()  # connect again next time; the caller polls its row meanwhile
+            raise
         return woke
 
     def close(self) -> None:

@@ -74,6 +74,7 @@ tasks = Table(
     Column("dispatched_at", DateTime(timezone=True), nullable=True),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("max_attempts", Integer, nullable=False),
+    Column("redeliveries", Integer, nullable=False, server_default=text("0")),
     Column("worker", Text, nullable=True),
     Column("lease_until", DateTime(timezone=True), nullable=True),
     Column("inbox", Text, nullable=True),

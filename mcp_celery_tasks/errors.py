@@ -20,11 +20,14 @@ knows its JSON-RPC code.
     │   └── SoftTimeLimitExceeded  the tool ran past its soft time limit
     ├── McpError                 raised by tool code: the task fails with this JSON-RPC error
     └── InfrastructureError      Postgres or the broker failed; never a tool result (retried)
+        └── OutageTooLong        (``blips``) unreachable past the outage budget: the task fails
 
     BaseException
-    └── TaskCancelled            the task was cancelled; the worker stops quietly. Not an
-                                 Exception (as asyncio.CancelledError): a tool's ``except
-                                 Exception`` or ``except ToolError`` cannot swallow a cancel
+    ├── TaskCancelled            the task was cancelled; the worker stops quietly. Not an
+    │                            Exception (as asyncio.CancelledError): a tool's ``except
+    │                            Exception`` or ``except ToolError`` cannot swallow a cancel
+    └── WorkerStopping           the worker process is being stopped (a deploy): the job is
+                                 given back, not failed, and resumes elsewhere
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ __all__ = [
     "TaskCancelled",
     "ToolError",
     "UnsupportedVersion",
+    "WorkerStopping",
 ]
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -171,6 +175,13 @@ class TaskCancelled(BaseException):
     such a handler must not catch a cancel and carry on. Let it through; clean up in
     ``finally``. The worker catches it by name and records that the job stopped.
     """
+
+
+class WorkerStopping(BaseException):
+    """The worker process running the job is being stopped (a cold shutdown of a deploy sends
+    its pool children SIGTERM). Raised at the job's next safe point; the runner gives the job
+    back (its attempt is not counted) and the process then dies as it was told to. A
+    ``BaseException`` for the reason ``TaskCancelled`` is one."""
 
 
 class InputTimedOut(ToolError):

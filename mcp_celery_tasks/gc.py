@@ -12,6 +12,7 @@ from collections.abc import Callable
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks import metrics
+from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
 
@@ -73,7 +74,23 @@ def sweep(
     or an outage between commit and publish); fail those that could not be published for
     ``undispatched_fail_after_seconds``; re-publish published jobs no worker started (lost on
     the way, see ``_unstarted``) and active rows whose lease ran out (their worker died). A
-    job that is merely queued behind others is never touched."""
+    job that is merely queued behind others is never touched. Cancelled tasks nobody runs any
+    more stop showing as ``stopping``."""
+    global _missed
+    try:
+        republished = _sweep(store, publish_job, settings, queue_depth, limit)
+    except InfrastructureError:
+        _missed = True  # this sweep could not reach the database: remembered for the next one
+        raise
+    ended = store.end_unattended_stops()
+    if ended:
+        logger.info("%d cancelled tasks whose job nobody runs any more marked stopped", ended)
+    return republished
+
+
+def _sweep(
+    store: WorkerStore, publish_job: PublishJob, settings: Settings, queue_depth: QueueDepth, limit: int
+) -> int:
     failed = store.fail_undispatched(
         settings.undispatched_fail_after_seconds,
         {"code": codes.INTERNAL_ERROR, "message": "The job could not be queued (the broker was unavailable)"},
@@ -108,18 +125,30 @@ def sweep(
 GAP = "sweep-gap"
 """The maintenance row that records when the sweeper last found it had not run for a while."""
 
+_missed = False
+"""A sweep in this process failed to reach the database since the last one that did."""
+
 
 def _leases_trustworthy(store: WorkerStore, settings: Settings) -> bool:
     """Whether a lapsed lease now means a dead worker. Not right after a gap in the sweeper's own
     runs (the database, or the maintenance worker, was unreachable): then nobody could renew a
     lease either, and live workers renew within a second of the database coming back. Lost leases
-    are reclaimed again once a whole lease plus its grace has passed since the gap ended."""
+    are reclaimed again once a whole lease plus its grace has passed since the gap ended.
+
+    A gap is a sweep that failed to reach the database (this process remembers it), or a long
+    silence since the last recorded sweep (beat or the maintenance worker was down too). A
+    Postgres restart is also covered row by row: a lease counts as lapsed only ``grace`` after
+    the server started (``queries._LEASE_LAPSED``)."""
+    global _missed
     since_sweep = store.seconds_since_run("sweep")
     normal = 2 * settings.sweep_interval_seconds + settings.lease_grace_seconds
-    if since_sweep is not None and since_sweep > normal:
+    if _missed or (since_sweep is not None and since_sweep > normal):
         store.record_run(GAP, 0)
+        _missed = False
         logger.warning(
-            "the sweeper did not run for %.0f s; lost leases wait a lease before reclaim", since_sweep
+            "the sweeper could not reach the database for a while (last sweep %.0f s ago); "
+            "lost leases wait a lease before reclaim",
+            since_sweep or 0.0,
         )
         return False
     since_gap = store.seconds_since_run(GAP)

@@ -2,11 +2,14 @@
 
 CPU-bound tools never touch their context, so the lease cannot depend on them: the keeper
 renews each job's lease every third of its length and flushes the job's coalesced status
-message when it is due. It tends ``Runtime`` objects and nothing else.
+message when it is due. A renewal that failed (the database is unreachable) is tried again
+every ``RETRY_S``, not a third of a lease later: the lease must be back the moment the database
+is. It tends ``Runtime`` objects and nothing else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -25,6 +28,7 @@ logger = logging.getLogger(__name__)
 class _Lease:
     runtime: Runtime
     renewed: float
+    failing: bool = False
 
 
 class LeaseKeeper:
@@ -36,6 +40,7 @@ class LeaseKeeper:
 
     TICK_S = 0.25
     RELEASE_WAIT_S = 5.0
+    RETRY_S = 1.0
 
     def __init__(self, lease_s: float) -> None:
         self._lease_s = lease_s
@@ -80,13 +85,20 @@ class LeaseKeeper:
 
     def _tend(self, lease: _Lease, renew_every: float) -> None:
         try:
-            lease.runtime.flush_if_due()
+            # A message that could not be written stays pending for the next tick.
+            with contextlib.suppress(InfrastructureError):
+                lease.runtime.flush_if_due()
             now = time.monotonic()
-            if now - lease.renewed >= renew_every:
+            if now - lease.renewed >= (self.RETRY_S if lease.failing else renew_every):
                 lease.renewed = now
-                lease.runtime.renew_lease(self._lease_s)
-        except InfrastructureError:
-            logger.warning("lease renewal failed for job %s", lease.runtime.job_id, exc_info=True)
+                try:
+                    lease.runtime.renew_lease(self._lease_s)
+                except InfrastructureError:
+                    if not lease.failing:
+                        logger.warning("lease renewal failed for job %s; retrying", lease.runtime.job_id)
+                    lease.failing = True
+                else:
+                    lease.failing = False
         except (Exception, TaskCancelled):
             # Never let one job's failure stop the thread that keeps every later job's lease. A
             # cancel is the job thread's to notice (the runtime marks itself lost; nothing here

@@ -5,6 +5,15 @@ Celery message (done, or retry in N seconds). Each step is a small method and ``
 is their sequence; metrics, the job log and spans belong to the observer (``observe``), called
 at the step boundaries. Postgres is reached only through the ``JobStore`` methods, so the unit
 tests run the runner on an in-memory store.
+
+**What an attempt is.** ``attempts`` (capped by ``max_attempts``) counts runs that ended in the
+tool's own failure or in its process dying. A run the worker *gives back* is not one: the worker
+is being stopped (a deploy's cold shutdown sends the pool child SIGTERM: ``WorkerStopping``), or
+the database or broker failed under the job. Giving back is one guarded write by the worker
+that holds the lease (``give_back``): the claim's increment is undone, ``redeliveries`` goes up
+(capped separately by ``max_redeliveries``) and the lease is freed for the next worker. A
+process that dies without that write (SIGKILL, the OOM killer, a segfault) is a crash and its
+attempt stays counted: only a live process can say it stopped cleanly.
 """
 
 from __future__ import annotations
@@ -14,49 +23,44 @@ import contextlib
 import inspect
 import json
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from mcp_types import jsonrpc as codes
 
+from mcp_celery_tasks.blips import OutageTooLong, ride_out
 from mcp_celery_tasks.context import TaskContext, bind
 from mcp_celery_tasks.errors import (
     TASKS_EXTENSION,
     InfrastructureError,
-    InputTimedOut,
     McpError,
-    SoftTimeLimitExceeded,
     TaskCancelled,
     ToolError,
+    WorkerStopping,
 )
+from mcp_celery_tasks.jobprocess import in_job, running_tool, worker_identity
 from mcp_celery_tasks.leases import LeaseKeeper
 from mcp_celery_tasks.observe import SILENT, JobObserver
+from mcp_celery_tasks.outcomes import (
+    CANCELLED,
+    MAX_DETAIL_CHARS,
+    RETRY,
+    STOPPING,
+    SUPERSEDED,
+    JobOutcome,
+    Outcome,
+    tool_error_kind,
+)
 from mcp_celery_tasks.registry import ToolSpec, get_tool
 from mcp_celery_tasks.results import error_result, to_call_tool_result
 from mcp_celery_tasks.runtime import InboxWaiter, Runtime, RuntimeStore
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
 
-__all__ = ["JobOutcome", "JobRunner", "JobStore", "Outcome", "soft_limit_signal", "worker_identity"]
+__all__ = ["JobOutcome", "JobRunner", "JobStore", "Outcome", "worker_identity"]
 
 logger = logging.getLogger(__name__)
-
-_IDENTITY: str | None = None
-_IDENTITY_PID: int | None = None
-
-
-def worker_identity() -> str:
-    """``host:pid:nonce`` for this process; a new nonce after a fork."""
-    global _IDENTITY, _IDENTITY_PID
-    if _IDENTITY is None or os.getpid() != _IDENTITY_PID:
-        _IDENTITY_PID = os.getpid()
-        _IDENTITY = f"{socket.gethostname()}:{_IDENTITY_PID}:{uuid.uuid4().hex[:8]}"
-    return _IDENTITY
 
 
 class JobStore(RuntimeStore, Protocol):
@@ -66,9 +70,9 @@ class JobStore(RuntimeStore, Protocol):
 
     def job_state(self, job_id: str) -> dict[str, Any] | None: ...
 
-    def fail_exhausted(self, job_id: str, error: dict[str, Any], message: str) -> bool: ...
+    def fail_exhausted(self, job_id: str, error: dict[str, Any], message: str, kind: str = ...) -> bool: ...
 
-    def release(self, task_id: str, worker: str) -> None: ...
+    def give_back(self, task_id: str, worker: str) -> bool: ...
 
     def finish(
         self,
@@ -86,46 +90,13 @@ class JobStore(RuntimeStore, Protocol):
     def mark_stopped(self, task_id: str, worker: str) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class JobOutcome:
-    """What to do with the Celery message: ``retry_in`` seconds, or done (None)."""
-
-    status: str
-    retry_in: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What a run came to: ``completed`` (``result``), ``failed`` (``error``), ``cancelled``,
-    ``retry`` (an outage under the tool, never a result) or ``superseded`` (recorded too late)."""
-
-    status: str
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    message: str | None = None
-    kind: str | None = None
-    """For admins: why it failed or ended in a tool error (tool_error, crash, mcp_error, …)."""
-    detail: str | None = None
-    """For admins: what went wrong, as the tool said it (never a stack trace)."""
-
-    @property
-    def label(self) -> str:
-        """The outcome as metrics and logs name it: a tool error is not a plain completion."""
-        if self.status == "completed" and self.result is not None and self.result.get("isError"):
-            return "tool_error"
-        return self.status
-
-
-CANCELLED: Final = Outcome("cancelled")
-RETRY: Final = Outcome("retry")
-SUPERSEDED: Final = Outcome("superseded")
-
-
 class JobRunner:
     """Runs one job to an outcome written on its row."""
 
     RECORD_RETRY_DELAY_S = 0.5
     """The first pause of the outcome write's retry loop; it doubles up to five seconds."""
+    GIVE_BACK_BUDGET_S = 3.0
+    """How long a stopping process tries to give its job back (it is being killed meanwhile)."""
 
     def __init__(
         self,
@@ -142,7 +113,12 @@ class JobRunner:
         self._leases = LeaseKeeper(settings.lease_seconds)
 
     def run(self, job_id: str, headers: Mapping[str, Any] | None = None) -> JobOutcome:
-        """Claim the job, run its tool under a lease, record the outcome."""
+        """Claim the job, run its tool under a lease, record the outcome (the lease is kept
+        until the outcome is written: a finished result is never left for another run)."""
+        with in_job():
+            return self._run_job(job_id, headers)
+
+    def _run_job(self, job_id: str, headers: Mapping[str, Any] | None) -> JobOutcome:
         with self._observer.job(job_id, headers):
             me = worker_identity()
             job = self._claim(job_id, me)
@@ -155,11 +131,11 @@ class JobRunner:
             started = time.monotonic()
             with self._leased(runtime):
                 outcome = self._run(spec, job, runtime)
-            elapsed = time.monotonic() - started
-            if outcome.status == RETRY.status:
-                return self._give_back(job, me)
-            self._observer.on_ran(job, elapsed)
-            recorded = self._record(job, me, runtime, outcome)
+                elapsed = time.monotonic() - started
+                if outcome.status in (RETRY.status, STOPPING.status):
+                    return self._give_back(job, me, outcome)
+                self._observer.on_ran(job, elapsed)
+                recorded = self._record(job, me, runtime, outcome)
             self._observer.on_finished(job, me, recorded.label, elapsed)
             return JobOutcome(recorded.status)
 
@@ -190,6 +166,15 @@ class JobRunner:
             message = f"The job was started {attempts} times without finishing; giving up"
             self._store.fail_exhausted(job_id, {"code": codes.INTERNAL_ERROR, "message": message}, message)
             return JobOutcome("failed")
+        if state.get("redeliveries", 0) >= self._settings.max_redeliveries:
+            times = state["redeliveries"]
+            message = (
+                f"The job was handed back {times} times (worker restarts or infrastructure outages) "
+                "without finishing; giving up"
+            )
+            error = {"code": codes.INTERNAL_ERROR, "message": message}
+            self._store.fail_exhausted(job_id, error, message, "redeliveries_exhausted")
+            return JobOutcome("failed")
         return JobOutcome("skipped")
 
     def _refuse(self, job: ClaimedTask, me: str, message: str) -> JobOutcome:
@@ -214,6 +199,7 @@ class JobRunner:
             max_status_chars=self._settings.max_status_message_chars,
             observer=self._observer,
             soft_limit_s=self._soft_limit(job),
+            outage_budget_s=self._settings.outage_budget_seconds,
         )
 
     def _soft_limit(self, job: ClaimedTask) -> float | None:
@@ -238,14 +224,9 @@ class JobRunner:
         a ``BaseException`` and is caught by name, before anything broad.
         """
         ctx = self._context(spec, job, runtime)
-        global _CURRENT
         try:
-            with bind(ctx):
-                _CURRENT = runtime
-                try:
-                    value = _call(spec, ctx, job.arguments)
-                finally:
-                    _CURRENT = None
+            with bind(ctx), running_tool(runtime):
+                value = _call(spec, ctx, job.arguments)
             return Outcome("completed", result=self._bounded(to_call_tool_result(value)))
         except _TooLarge as exc:
             return Outcome(
@@ -253,12 +234,25 @@ class JobRunner:
             )
         except TaskCancelled:
             return CANCELLED
+        except WorkerStopping:
+            return STOPPING
         except ToolError as exc:
             said = str(exc) or type(exc).__name__
-            return Outcome("completed", result=error_result(said), kind=_tool_error_kind(exc), detail=said)
+            return Outcome("completed", result=error_result(said), kind=tool_error_kind(exc), detail=said)
         except McpError as exc:
             return Outcome(
                 "failed", error=exc.to_error(), message=exc.message, kind="mcp_error", detail=exc.message
+            )
+        except OutageTooLong as exc:
+            budget = self._settings.outage_budget_seconds
+            message = f"The task's database or broker stayed unreachable past the {budget:g} s outage budget"
+            logger.error("job %s: %s (%s)", job.job_id, message, exc)
+            return Outcome(
+                "failed",
+                error={"code": codes.INTERNAL_ERROR, "message": message},
+                message=message,
+                kind="infrastructure",
+                detail=str(exc)[:MAX_DETAIL_CHARS],
             )
         except InfrastructureError:
             logger.warning(
@@ -304,12 +298,25 @@ class JobRunner:
             raise _TooLarge(f"The tool's result is {size} bytes, more than the server's limit of {limit}")
         return result
 
-    def _give_back(self, job: ClaimedTask, me: str) -> JobOutcome:
-        """An outage under the tool is not a result: free the lease and retry with backoff (the
-        claim's attempt cap turns a job that keeps failing into a failed task)."""
-        with contextlib.suppress(InfrastructureError):  # else the lease runs out by itself
-            self._store.release(job.task_id, me)
-        return JobOutcome("infrastructure", retry_in=min(60.0, 2.0**job.attempts))
+    def _give_back(self, job: ClaimedTask, me: str, outcome: Outcome) -> JobOutcome:
+        """An outage under the tool, or the process being stopped, is not a result: give the job
+        back (its attempt uncounted, a redelivery counted instead) for another run. Stopping,
+        the process dies next and the broker redelivers the message; after an outage, retry
+        with backoff."""
+        budget = self.GIVE_BACK_BUDGET_S if outcome is STOPPING else self._settings.outage_budget_seconds
+        try:
+            given = ride_out(
+                lambda: self._store.give_back(job.task_id, me), budget_s=budget, what="giving the job back"
+            )
+        except InfrastructureError:
+            # Not written: the lease runs out by itself and the run counts as a crash.
+            logger.warning("could not give job %s back", job.job_id, exc_info=True)
+            given = False
+        if given:
+            logger.info("job %s given back (%s)", job.job_id, outcome.status)
+        if outcome is STOPPING:
+            return JobOutcome("stopping")
+        return JobOutcome("infrastructure", retry_in=min(60.0, 2.0 ** min(job.attempts, 6)))
 
     # ---- record ----------------------------------------------------------------------------------
 
@@ -360,30 +367,8 @@ class JobRunner:
             logger.warning("could not mark job %s stopped", job.job_id, exc_info=True)
 
 
-MAX_DETAIL_CHARS: Final = 2000
-
-_CURRENT: Runtime | None = None
-"""The runtime of the tool this process is running right now (one at a time in a pool child)."""
-
-
-def soft_limit_signal(signum: int, frame: object) -> None:
-    """The SIGUSR2 handler of a pool child: the main process says the running job passed its soft
-    time limit (the tool may never reach a ``ctx`` checkpoint)."""
-    runtime = _CURRENT
-    if runtime is not None:
-        runtime.soft_limit_signalled()
-
-
 class _TooLarge(Exception):
     """The tool's result is over ``max_result_bytes``."""
-
-
-def _tool_error_kind(exc: ToolError) -> str:
-    if isinstance(exc, SoftTimeLimitExceeded):
-        return "soft_time_limit"
-    if isinstance(exc, InputTimedOut):
-        return "input_timeout"
-    return "tool_error"
 
 
 def _call(spec: ToolSpec, ctx: TaskContext, arguments: dict[str, Any]) -> Any:

@@ -5,30 +5,42 @@ task was cancelled or taken from this worker), ownership checks, and input waits
 plus the process's inbox). It knows nothing of the context that uses it; the lease thread
 (``leases``) tends runtimes, not contexts. No Celery, no SQL: the store and the inbox come in
 as the two small protocols below.
+
+Infrastructure blips are the runtime's to absorb (``blips``): every store call of the job's
+thread is retried with backoff for up to the outage budget, and an unreachable broker only
+turns an input wait into polling of the row; tool code never sees either error.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from mcp_celery_tasks.errors import InfrastructureError, InputTimedOut, SoftTimeLimitExceeded, TaskCancelled
+from mcp_celery_tasks.asks import Requests, plan_ask
+from mcp_celery_tasks.blips import OutageTooLong, is_infrastructure, ride_out
+from mcp_celery_tasks.errors import (
+    InputTimedOut,
+    SoftTimeLimitExceeded,
+    TaskCancelled,
+    WorkerStopping,
+)
 from mcp_celery_tasks.observe import SILENT, JobObserver
 from mcp_celery_tasks.store.records import InputRecord
 
 __all__ = ["InboxWaiter", "Runtime", "RuntimeStore"]
 
-_AUTO_KEY = re.compile(r"\d+-[0-9a-f]{16}")
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
 _REREAD_S = 3.0
 """While blocked for input, re-read the row at least this often: a lost wake-up costs latency only."""
-
-Requests = dict[str, tuple[str, dict[str, Any] | None, str]]
-"""``{key: (method, params, params hash)}``: the input requests of one ask."""
+_POLL_S = 1.0
+"""With the broker unreachable, a waiting job reads its row this often instead."""
 
 
 class RuntimeStore(Protocol):
@@ -66,20 +78,6 @@ class InboxWaiter(Protocol):
     def wait(self, task_id: str, timeout_s: float) -> bool: ...
 
 
-@dataclass(slots=True)
-class _Plan:
-    """One ask against what earlier runs recorded: answers to replay, rows to open."""
-
-    stored_key: dict[str, str] = field(default_factory=dict)  # the author's key -> the row's key
-    to_open: list[dict[str, Any]] = field(default_factory=list)
-    supersede: list[str] = field(default_factory=list)
-    answers: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def pending(self) -> dict[str, str]:
-        return {key: stored for key, stored in self.stored_key.items() if key not in self.answers}
-
-
 class Runtime:
     """One job's link to its row: reports, the lost flag, ownership checks, input waits.
 
@@ -101,6 +99,7 @@ class Runtime:
         max_status_chars: int = 1024,
         observer: JobObserver = SILENT,
         soft_limit_s: float | None = None,
+        outage_budget_s: float = 120.0,
     ) -> None:
         self.task_id = task_id
         self.job_id = job_id
@@ -121,7 +120,12 @@ class Runtime:
         self._started = time.monotonic()
         self._waited = 0.0
         self._soft_raised = False
-        self._main_busy = 0  # our own store calls under way in the job's thread
+        self._main_busy = 0  # our own store calls (or an input wait) under way in the job's thread
+        self._store_calls = 0  # our own store calls under way in the job's thread (never interrupted)
+        self._outage_budget_s = outage_budget_s
+        self._stopping = False
+        self._tool_done = False  # past the tool: the outcome is recorded whatever the signal
+        self._inbox_down = False
 
     # ---- the soft time limit ------------------------------------------------------------------
 
@@ -157,6 +161,59 @@ class Runtime:
             if main:
                 self._main_busy -= 1
 
+    # ---- the worker stopping ------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the worker process was told to stop while this job ran."""
+        return self._stopping
+
+    def stop_signalled(self) -> None:
+        """The process is being stopped (SIGTERM, in the job's thread): raise ``WorkerStopping``
+        now, unless one of our own store calls is under way (then as soon as it returns, or at
+        the next checkpoint)."""
+        self._stopping = True
+        if not self._store_calls:
+            raise WorkerStopping("the worker is stopping")
+
+    def check_stopping(self) -> None:
+        if self._stopping and not self._tool_done:
+            raise WorkerStopping("the worker is stopping")
+
+    def tool_done(self) -> None:
+        """The tool returned (or raised): from here on a stop never interrupts the runtime (the
+        runner records the outcome; the process ends after that)."""
+        self._tool_done = True
+
+    @contextlib.contextmanager
+    def _uninterrupted(self) -> Iterator[None]:
+        """Our own store call in the job's thread: a stop signalled meanwhile waits until it is
+        over (a statement cut in half would leave the connection unusable for the give-back)."""
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            self._store_calls += 1
+        try:
+            with self._busy():
+                yield
+        finally:
+            if main:
+                self._store_calls -= 1
+                if not self._store_calls:
+                    self.check_stopping()
+
+    def _store_call(self, call: Callable[[], T], what: str) -> T:
+        """A store call of the job's thread, riding out an outage for up to the budget."""
+        try:
+            with self._uninterrupted():
+                return ride_out(call, budget_s=self._outage_budget_s, what=what, stop=self._interrupted)
+        except OutageTooLong:
+            if self._interrupted():
+                raise WorkerStopping("the worker is stopping") from None
+            raise
+
+    def _interrupted(self) -> bool:
+        return self._stopping and not self._tool_done
+
     # ---- the lost flag -----------------------------------------------------------------------
 
     @property
@@ -172,14 +229,20 @@ class Runtime:
     def cancelled(self) -> bool:
         """True once the task was cancelled or taken from this worker. A fresh row read at most
         every ``check_interval``; an unreadable row is not a cancel (the lease decides)."""
+        self.check_stopping()
         if self._lost:
             return True
         now = time.monotonic()
         if now - self._last_check >= self._check_interval:
             self._last_check = now
-            with contextlib.suppress(InfrastructureError), self._busy():
-                if not self._store.still_mine(self.task_id, self.worker):
-                    self._lost = True
+            try:
+                with self._uninterrupted():
+                    mine = self._store.still_mine(self.task_id, self.worker)
+            except Exception as exc:
+                if not is_infrastructure(exc):
+                    raise
+            else:
+                self._lost = self._lost or not mine
         return self._lost
 
     def renew_lease(self, lease_s: float) -> None:
@@ -199,23 +262,37 @@ class Runtime:
             self.flush()
 
     def flush(self) -> None:
-        """Write a pending status message now."""
+        """Write a pending status message now, riding out an outage (the job's thread)."""
+        self._flush(ride=True)
+
+    def _flush(self, *, ride: bool) -> None:
         with self._lock:
             message, self._pending = self._pending, None
             if message is None:
                 return
             self._last_write = time.monotonic()
-        with self._busy():
-            mine = self._store.report(self.task_id, self.worker, message)
+
+        def write() -> bool:
+            return self._store.report(self.task_id, self.worker, message)
+
+        try:
+            mine = self._store_call(write, "a status report") if ride else write()
+        except Exception as exc:
+            if is_infrastructure(exc):
+                with self._lock:  # not lost: the next flush writes it, unless a newer one came
+                    if self._pending is None:
+                        self._pending = message
+            raise
         if not mine:
             self.mark_lost()
 
     def flush_if_due(self) -> None:
-        """Write a pending message whose interval has passed (the lease thread calls this)."""
+        """Write a pending message whose interval has passed (the lease thread calls this: one
+        try, never a wait; a message it could not write stays pending)."""
         with self._lock:
             due = self._pending is not None and time.monotonic() - self._last_write >= self._report_interval
         if due:
-            self.flush()
+            self._flush(ride=False)
 
     # ---- input requests --------------------------------------------------------------------
 
@@ -225,13 +302,20 @@ class Runtime:
         Answers recorded by an earlier run of the same job are returned at once; raises
         ``TaskCancelled`` if the task stops being ours, ``InputTimedOut`` after ``timeout_s``.
         """
-        plan = self._plan(requests, self._store.all_inputs(self.task_id))
+        recorded = self._store_call(lambda: self._store.all_inputs(self.task_id), "reading input requests")
+        plan = plan_ask(requests, recorded)
         pending = plan.pending
         if not pending:
             return plan.answers
         inbox = self._inbox()
-        inbox.declare()  # the queue exists before any client can see the request
-        if not self._store.open_inputs(self.task_id, self.worker, inbox.name, plan.to_open, plan.supersede):
+        self._declare(inbox)
+
+        def open_rows() -> bool:
+            return self._store.open_inputs(
+                self.task_id, self.worker, inbox.name, plan.to_open, plan.supersede
+            )
+
+        if not self._store_call(open_rows, "opening input requests"):
             self.mark_lost()
             raise TaskCancelled("the task was cancelled")
         waiting_since = time.monotonic()
@@ -242,52 +326,35 @@ class Runtime:
             self._waited += time.monotonic() - waiting_since  # not counted against time limits
         return {**plan.answers, **{key: answers[stored] for key, stored in pending.items()}}
 
-    @staticmethod
-    def _plan(requests: Requests, recorded: dict[str, InputRecord]) -> _Plan:
-        plan = _Plan()
-        for key, (method, params, digest) in requests.items():
-            aliases = [key, *sorted(k for k in recorded if k.startswith(key + "~"))]
-            match = next(
-                (
-                    k
-                    for k in aliases
-                    if k in recorded and recorded[k].params_hash == digest and not recorded[k].superseded
-                ),
-                None,
+    def _declare(self, inbox: InboxWaiter) -> None:
+        """Declare the inbox before any client can see the request. With the broker down this is
+        skipped: a wake-up declares the queue on its way (``channel.send_wake``), the wait's
+        consumer declares it again, and the waiter re-reads its row every few seconds anyway."""
+        try:
+            inbox.declare()
+        except Exception as exc:
+            if not is_infrastructure(exc):
+                raise
+            self._note_inbox_down(exc)
+
+    def _note_inbox_down(self, exc: BaseException) -> None:
+        if not self._inbox_down:
+            logger.warning(
+                "job %s: the broker is unreachable (%s); waiting for input by reading the row",
+                self.job_id,
+                type(exc).__name__,
             )
-            if match is not None:
-                plan.stored_key[key] = match  # asked before (a re-run): replay the answer or wait on
-                continue
-            if _AUTO_KEY.fullmatch(key):
-                # An automatic key is ``<ordinal>-<hash>``: the same ordinal with another hash
-                # is the question this re-run no longer asks; it must not stay outstanding.
-                ordinal = key.split("-", 1)[0] + "-"
-                plan.supersede += [
-                    k
-                    for k, row in recorded.items()
-                    if k.startswith(ordinal) and k != key and row.response is None and not row.superseded
-                ]
-            new_key = key
-            if key in recorded:
-                # The key once named another request: never reuse it (S-26); ask anew.
-                plan.supersede += [k for k in aliases if k in recorded and recorded[k].response is None]
-                suffix = 2
-                while f"{key}~{suffix}" in recorded:
-                    suffix += 1
-                new_key = f"{key}~{suffix}"
-            plan.stored_key[key] = new_key
-            plan.to_open.append({"key": new_key, "method": method, "params": params, "params_hash": digest})
-        plan.answers = {
-            key: recorded[stored].response
-            for key, stored in plan.stored_key.items()
-            if stored in recorded and recorded[stored].response is not None
-        }
-        return plan
+        self._inbox_down = True
 
     def _wait(self, inbox: InboxWaiter, keys: list[str], deadline: float, timeout_s: float) -> dict[str, Any]:
         """Block until every one of ``keys`` (row keys) has an answer; the answers by row key."""
+
+        def state() -> tuple[bool, dict[str, Any]]:
+            return self._store.input_state(self.task_id, self.worker, keys)
+
         while True:
-            mine, answers = self._store.input_state(self.task_id, self.worker, keys)
+            self.check_stopping()
+            mine, answers = self._store_call(state, "reading input answers")
             if not mine:
                 self.mark_lost()
                 raise TaskCancelled("the task was cancelled")
@@ -295,6 +362,19 @@ class Runtime:
                 return answers
             left = deadline - time.monotonic()
             if left <= 0:
-                self._store.expire_inputs(self.task_id, self.worker, keys)
+                self._store_call(
+                    lambda: self._store.expire_inputs(self.task_id, self.worker, keys),
+                    "expiring input requests",
+                )
                 raise InputTimedOut(f"Nobody answered the input request within {timeout_s:.0f} s")
-            inbox.wait(self.task_id, min(left, _REREAD_S))
+            slice_s = min(left, _REREAD_S)
+            started = time.monotonic()
+            try:
+                inbox.wait(self.task_id, slice_s)
+                self._inbox_down = False
+            except Exception as exc:
+                # A lost wake-up costs latency only: poll the row until the broker is back.
+                if not is_infrastructure(exc):
+                    raise
+                self._note_inbox_down(exc)
+                time.sleep(max(0.0, min(_POLL_S, slice_s - (time.monotonic() - started))))

@@ -155,7 +155,17 @@ class Settings(BaseSettings):
     lease_seconds: float = 30.0
     """A worker holds a task for this long without renewing it before another may take over."""
     max_attempts: int = 3
-    """Runs of one job before the task fails (a worker crash counts as a run)."""
+    """Runs of one job before the task fails. A run counts when the tool failed or its process
+    died without giving the job back (a crash, an OOM kill); a run the worker gave back (a
+    shutdown or restart, a broker or database outage) does not (see ``max_redeliveries``)."""
+    max_redeliveries: int = 50
+    """Times a job may be given back by its worker (deploys, restarts, outages) before the task
+    fails: a separate cap from ``max_attempts``, so rolling restarts never fail a task waiting for
+    a human, yet a job is not passed around forever."""
+    outage_budget_seconds: float = 120.0
+    """A running job rides out a database or broker outage this long (its reports, input waits
+    and writes are retried with backoff; tool code never sees the error). Past it the job ends
+    ``failed`` with error kind ``infrastructure``."""
 
     max_body_bytes: int = 1_048_576
     """Largest request body accepted (HTTP 413 above)."""

@@ -157,7 +157,8 @@ class Watchdog:
                 reason = f"did not stop within {grace:g} s of the cancel; its process was terminated"
                 self._stop(job, row, track, "cancel", reason, write=lambda: self._store.force_stopped(
                     row["task_id"], holder_of(job.pid, self._hostname), reason))  # fmt: skip
-        elif not row["ours"] and track.seen_ours and not track.stopping:
+        elif not row["ours"] and not row.get("released") and track.seen_ours and not track.stopping:
+            # (A released row was given back by the child itself: it is stopping on its own.)
             # The row moved to another worker while this child still runs the job (it was frozen,
             # or cut off from the database past its lease): it must not finish it too.
             self._stop(job, row, track, "lease_lost", "its lease was taken over by another worker")

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from billiard.common import TERM_SIGNAL
 from celery import Celery, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.worker import state as worker_state
@@ -27,9 +28,10 @@ from mcp_celery_tasks import channel, gc, metrics, tracing
 from mcp_celery_tasks.broker import profile_for
 from mcp_celery_tasks.celery_app import COLLECT_GARBAGE, RUN_TOOL, SWEEP, beat_schedule, load_installed_tools
 from mcp_celery_tasks.channel import Inbox
+from mcp_celery_tasks.jobprocess import catch_stop_signal, die_as_told, soft_limit_signal, stop_requested
 from mcp_celery_tasks.observe import Telemetry
 from mcp_celery_tasks.registry import all_tools
-from mcp_celery_tasks.runner import JobRunner, soft_limit_signal
+from mcp_celery_tasks.runner import JobRunner
 from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import WorkerStore
 from mcp_celery_tasks.watchdog import RunningJob, Watchdog
@@ -136,6 +138,7 @@ def install(
     _stores.append(store)
     tracing.configure(settings, "mcp-celery-tasks-worker")
     runner = JobRunner(store, settings, inbox_factory(app), observer=Telemetry())
+    main_pid = os.getpid()  # a threads or solo pool runs jobs here: no per-job signal to catch
 
     @signals.worker_ready.connect(weak=False)
     def _watch(sender: Any = None, **_: Any) -> None:
@@ -160,13 +163,24 @@ def install(
         max_retries=None,
     )
     def run_tool(self: Any, job_id: str) -> None:
+        # A cold shutdown (a deploy) ends by sending each pool child the pool's termination signal
+        # (SIGTERM; SIGQUIT under REMAP_SIGTERM=SIGQUIT): the running job is given back first (not
+        # an attempt), then billiard's own handler ends the child. Installed here, not at fork:
+        # billiard sets its handlers after the child's initializers.
+        if os.getpid() != main_pid:
+            catch_stop_signal(TERM_SIGNAL)
         try:
             outcome = runner.run(job_id, dict(self.request.headers or {}))
         except Exception:
+            if stop_requested():
+                die_as_told()
             # A bug or an outage outside tool code: never a tool result. Retry later; the
             # claim's attempt cap turns a job that keeps failing into a failed task.
             logger.exception("job %s could not be run; retrying", job_id)
             raise self.retry(countdown=5.0, max_retries=None) from None
+        if outcome.status == "stopping" or stop_requested():
+            # Given back: the message must not be acknowledged (the broker redelivers it).
+            die_as_told()
         if outcome.retry_in is not None:
             raise self.retry(countdown=outcome.retry_in, max_retries=None)
 

@@ -42,6 +42,7 @@ class Row:
     queue: str = "mcp.default"
     attempts: int = 0
     max_attempts: int = 3
+    redeliveries: int = 0
     worker: str | None = None
     lease_until: float | None = None
     inbox: str | None = None
@@ -55,7 +56,8 @@ class Row:
 class MemoryStore:
     """An in-memory ``WorkerStore`` for the worker side (same guards as the SQL)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, max_redeliveries: int = 50) -> None:
+        self.max_redeliveries = max_redeliveries
         self.rows: dict[str, Row] = {}
         self.calls: list[str] = []
         self._failures: dict[str, int] = {}
@@ -109,9 +111,10 @@ class MemoryStore:
         now = self._clock()
         if row is None or row.status not in ACTIVE or row.cancel_requested:
             return None
-        if row.lease_until is not None and row.lease_until >= now and row.worker != worker:
+        taken = row.worker is not None and row.lease_until is not None and row.lease_until >= now
+        if taken and row.worker != worker:
             return None
-        if row.attempts >= row.max_attempts:
+        if row.attempts >= row.max_attempts or row.redeliveries >= self.max_redeliveries:
             return None
         row.worker, row.lease_until, row.started = worker, now + lease_s, True
         row.attempts += 1
@@ -139,18 +142,24 @@ class MemoryStore:
             "status": row.status,
             "attempts": row.attempts,
             "max_attempts": row.max_attempts,
+            "redeliveries": row.redeliveries,
             "worker": row.worker,
             "lease_left_s": left,
         }
 
-    def fail_exhausted(self, job_id: str, error: dict[str, Any], message: str) -> bool:
+    def fail_exhausted(
+        self, job_id: str, error: dict[str, Any], message: str, kind: str = "attempts_exhausted"
+    ) -> bool:
         self._call("fail_exhausted")
         row = self.by_job(job_id)
-        if row is None or row.status not in ACTIVE or row.attempts < row.max_attempts:
+        if row is None or row.status not in ACTIVE:
             return False
-        if row.lease_until is not None and row.lease_until >= self._clock():
+        if row.attempts < row.max_attempts and row.redeliveries < self.max_redeliveries:
+            return False
+        if row.worker is not None and row.lease_until is not None and row.lease_until >= self._clock():
             return False
         row.status, row.error, row.status_message = "failed", error, message
+        row.error_kind, row.error_message = kind, message
         row.finished, row.lease_until = True, None
         return True
 
@@ -162,11 +171,14 @@ class MemoryStore:
         row.lease_until = self._clock() + lease_s
         return True
 
-    def release(self, task_id: str, worker: str) -> None:
-        self._call("release")
+    def give_back(self, task_id: str, worker: str) -> bool:
+        self._call("give_back")
         row = self._mine(task_id, worker)
-        if row is not None:
-            row.lease_until = None
+        if row is None:
+            return False
+        row.worker, row.lease_until = None, self._clock()
+        row.attempts, row.redeliveries = max(row.attempts - 1, 0), row.redeliveries + 1
+        return True
 
     # ---- while running -------------------------------------------------------------------------
 

@@ -106,22 +106,32 @@ WHERE job_id = ANY(%(job_ids)s) AND dispatched_at IS NULL
 
 # ---- worker side -------------------------------------------------------------------------
 
+# When a lease counts as lapsed: ``grace_s`` after it ran out, and never earlier than
+# ``grace_s`` after this server started. A lease that ran out while Postgres was down (restarted,
+# or in recovery) lapsed while nobody could renew it: a live worker renews within a second of
+# the database coming back, so its job is not taken from it. ``pg_postmaster_start_time()``
+# is when this server process started: it covers restarts and crashes, not a failover to a
+# standby that was already running (there the sweeper's own gap memory is what holds back).
+_LEASE_LAPSED: Final = (
+    "GREATEST(lease_until, pg_postmaster_start_time()) < now() - %(grace_s)s * interval '1 second'"
+)
+
 CLAIM: Final[LiteralString] = f"""
 UPDATE mcp_tasks
 SET worker = %(worker)s, lease_until = now() + %(lease_s)s * interval '1 second',
     attempts = attempts + 1, started_at = COALESCE(started_at, now())
 WHERE job_id = %(job_id)s AND status IN {ACTIVE_SQL} AND cancel_requested_at IS NULL
-  -- A lapsed lease is taken over only ``grace_s`` after it lapsed: a live worker's watchdog
-  -- renews within a second of the database coming back, before anyone else may claim.
-  AND (lease_until IS NULL OR lease_until < now() - %(grace_s)s * interval '1 second' OR worker = %(worker)s)
-  AND attempts < max_attempts
+  -- Free (never claimed, or given back: worker NULL), lapsed, or ours already.
+  AND (lease_until IS NULL OR worker IS NULL OR {_LEASE_LAPSED} OR worker = %(worker)s)
+  AND attempts < max_attempts AND redeliveries < %(max_redeliveries)s
 RETURNING {CLAIMED_COLUMNS}, EXTRACT(EPOCH FROM (now() - created_at))::float AS age_s
 """
 
 JOB_STATE: Final[LiteralString] = """
-SELECT task_id, status, attempts, max_attempts, worker,
-       GREATEST(0, EXTRACT(EPOCH FROM (lease_until + %(grace_s)s * interval '1 second' - now())))::float
-           AS lease_left_s
+SELECT task_id, status, attempts, max_attempts, redeliveries, worker,
+       CASE WHEN worker IS NULL OR lease_until IS NULL THEN 0 ELSE GREATEST(0, EXTRACT(EPOCH FROM (
+           GREATEST(lease_until, pg_postmaster_start_time()) + %(grace_s)s * interval '1 second' - now()
+       )))::float END AS lease_left_s
 FROM mcp_tasks WHERE job_id = %(job_id)s
 """
 
@@ -130,10 +140,11 @@ FAIL_EXHAUSTED: Final[LiteralString] = f"""
 WITH upd AS (
     UPDATE mcp_tasks
     SET status = 'failed', error = %(error)s, status_message = %(message)s,
-        error_kind = 'attempts_exhausted', error_message = %(message)s,
+        error_kind = %(kind)s, error_message = %(message)s,
         last_updated_at = now(), finished_at = now(), expires_at = {_EXPIRES}, lease_until = NULL
-    WHERE job_id = %(job_id)s AND {TO_FAILED} AND attempts >= max_attempts
-      AND (lease_until IS NULL OR lease_until < now())
+    WHERE job_id = %(job_id)s AND {TO_FAILED}
+      AND (attempts >= max_attempts OR redeliveries >= %(max_redeliveries)s)
+      AND (lease_until IS NULL OR worker IS NULL OR lease_until < now())
     RETURNING task_id
 )
 SELECT task_id, pg_notify('{NOTIFY_CHANNEL}', task_id) FROM upd
@@ -185,7 +196,7 @@ WITH j AS (
     RETURNING t.job_id
 )
 SELECT t.job_id, j.holder, t.task_id, t.tool_name, t.status, t.finished_at IS NOT NULL AS finished,
-       starts_with(COALESCE(t.worker, ''), j.holder) AS ours,
+       starts_with(COALESCE(t.worker, ''), j.holder) AS ours, t.worker IS NULL AS released,
        EXTRACT(EPOCH FROM (now() - t.cancel_requested_at))::float AS cancelled_for_s
 FROM mcp_tasks t JOIN j ON t.job_id = j.job_id
 """
@@ -219,9 +230,26 @@ WHERE task_id = %(task_id)s AND worker = %(worker)s AND finished_at IS NULL
   AND status IN {TERMINAL_SQL}
 """
 
-RELEASE: Final[LiteralString] = f"""
-UPDATE mcp_tasks SET lease_until = NULL
+# The worker gives the job back (it is being stopped, or an outage hit the job): the run is not
+# an attempt, it is a redelivery; the lease is free at once (worker NULL) and, should the broker
+# lose the message meanwhile, already lapsed for the sweeper.
+GIVE_BACK: Final[LiteralString] = f"""
+UPDATE mcp_tasks
+SET worker = NULL, lease_until = now(), attempts = GREATEST(attempts - 1, 0),
+    redeliveries = redeliveries + 1
 WHERE task_id = %(task_id)s AND worker = %(worker)s AND status IN {ACTIVE_SQL}
+RETURNING task_id
+"""
+
+# ``stopping`` that nobody will end: a cancelled task whose job was never claimed, was given
+# back, or whose worker's lease lapsed (the process died) gets its finished_at from the sweeper.
+END_UNATTENDED_STOPS: Final[LiteralString] = f"""
+UPDATE mcp_tasks
+SET finished_at = now(), lease_until = NULL,
+    stop_reason = COALESCE(stop_reason, 'nobody was running the job any more')
+WHERE status = 'cancelled' AND finished_at IS NULL
+  AND (worker IS NULL OR lease_until IS NULL OR {_LEASE_LAPSED})
+RETURNING task_id
 """
 
 # ---- maintenance -------------------------------------------------------------------------
@@ -274,7 +302,7 @@ RETURNING job_id, queue
 
 LOST_LEASES: Final[LiteralString] = f"""
 SELECT job_id, queue FROM mcp_tasks
-WHERE status IN {ACTIVE_SQL} AND lease_until < now() - %(grace_s)s * interval '1 second'
+WHERE status IN {ACTIVE_SQL} AND lease_until IS NOT NULL AND {_LEASE_LAPSED}
 ORDER BY lease_until
 LIMIT %(limit)s
 """

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, LiteralString, TypeVar
 
 import psycopg
 from psycopg.rows import RowFactory, class_row, dict_row
 from psycopg.types.json import Jsonb
 
+from mcp_celery_tasks.blips import is_infrastructure
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, queries
@@ -64,8 +65,15 @@ class WorkerStore:
         with self._lock:
             try:
                 yield self._connect()
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                if self._conn is not None and (self._conn.closed or self._conn.broken):
+            except psycopg.Error as exc:
+                if not is_infrastructure(exc):
+                    raise
+                if self._conn is not None:
+                    # Also a connection that still works but reached a standby (a failover):
+                    # the next call connects again, to whatever is primary now.
+                    if not self._conn.closed and not self._conn.broken:
+                        with suppress(psycopg.Error):
+                            self._conn.close()
                     self._conn = None
                 raise InfrastructureError("the task database is unavailable") from exc
 
@@ -84,7 +92,8 @@ class WorkerStore:
     # ---- claim and lease -------------------------------------------------------------------
 
     def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None:
-        params = {"job_id": job_id, "worker": worker, "lease_s": lease_s, "grace_s": self._grace_s}
+        params = {"job_id": job_id, "worker": worker, "lease_s": lease_s, "grace_s": self._grace_s,
+                  "max_redeliveries": self._settings.max_redeliveries}  # fmt: skip
         rows = self._rows(queries.CLAIM, params, class_row(ClaimedTask))
         return rows[0] if rows else None
 
@@ -92,18 +101,21 @@ class WorkerStore:
         rows = self._fetch(queries.JOB_STATE, {"job_id": job_id, "grace_s": self._grace_s})
         return rows[0] if rows else None
 
-    def fail_exhausted(self, job_id: str, error: dict[str, Any], message: str) -> bool:
-        rows = self._fetch(
-            queries.FAIL_EXHAUSTED, {"job_id": job_id, "error": Jsonb(error), "message": message}
-        )
-        return bool(rows)
+    def fail_exhausted(
+        self, job_id: str, error: dict[str, Any], message: str, kind: str = "attempts_exhausted"
+    ) -> bool:
+        """Fail a task whose job used up its attempts or its redeliveries (``kind`` says which)."""
+        params = {"job_id": job_id, "error": Jsonb(error), "message": message, "kind": kind,
+                  "max_redeliveries": self._settings.max_redeliveries}  # fmt: skip
+        return bool(self._fetch(queries.FAIL_EXHAUSTED, params))
 
     def renew_lease(self, task_id: str, worker: str, lease_s: float) -> bool:
         params = {"task_id": task_id, "worker": worker, "lease_s": lease_s}
         return bool(self._fetch(queries.RENEW_LEASE, params))
 
-    def release(self, task_id: str, worker: str) -> None:
-        self._execute(queries.RELEASE, {"task_id": task_id, "worker": worker})
+    def give_back(self, task_id: str, worker: str) -> bool:
+        """Hand the job back uncounted (a redelivery, not an attempt); False if not ours."""
+        return bool(self._fetch(queries.GIVE_BACK, {"task_id": task_id, "worker": worker}))
 
     # ---- while running ---------------------------------------------------------------------
 
@@ -293,6 +305,10 @@ class WorkerStore:
         """Jobs published ``older_than_s`` ago that no worker started, re-stamped as published now."""
         params = {"older_than_s": older_than_s, "limit": limit, "queue": queue}
         return [(row["job_id"], row["queue"]) for row in self._fetch(queries.UNSTARTED, params)]
+
+    def end_unattended_stops(self) -> int:
+        """Cancelled tasks that nobody runs any more stop showing as ``stopping``."""
+        return len(self._fetch(queries.END_UNATTENDED_STOPS, {"grace_s": self._grace_s}))
 
     def lost_leases(self, grace_s: float, limit: int) -> list[tuple[str, str]]:
         rows = self._fetch(queries.LOST_LEASES, {"grace_s": grace_s, "limit": limit})

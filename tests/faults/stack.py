@@ -32,7 +32,9 @@ from tests.faults import RUN_DIR_ENV
 
 TOKENS = {"alice": "faults-alice-token", "bob": "faults-bob-token"}
 PRINCIPALS = tuple(TOKENS)
-TOOL_MODULES = support.TEST_TOOL_MODULES[:-1] + ', "tests.faults.tools"]'
+# The fault tools block a worker for as long as they are told to: only the fault stacks load them
+# (a fuzzer calling them with a huge duration would starve every other stack's workers).
+TOOL_MODULES = support.TEST_TOOL_MODULES[:-1] + ', "tests.faults.tools", "tests.fixtures.faults"]'
 FAST_RECOVERY = {
     "MCP_TASKS_LEASE_SECONDS": "3",
     "MCP_TASKS_SWEEP_INTERVAL_SECONDS": "1",
@@ -110,9 +112,10 @@ class FaultClient:
         *,
         extension: bool = True,
         timeout: float | None = None,
+        capabilities: dict[str, Any] | None = None,
     ) -> Call:
         self._next_id += 1
-        params = {**params, "_meta": support.meta(extension)}
+        params = {**params, "_meta": support.meta(extension, **(capabilities or {}))}
         headers = {
             "Content-Type": "application/json",
             "Accept": "application/json, text/event-stream",
@@ -297,8 +300,8 @@ class FaultStack:
 
         support.wait_until(healthy, 30, 0.1, what="the API to answer /healthz")
 
-    def start_worker(self, label: str = "worker") -> None:
-        self._spawn(label, self._worker_args(label, self.queues[0], 2))
+    def start_worker(self, label: str = "worker", concurrency: int = 2) -> None:
+        self._spawn(label, self._worker_args(label, self.queues[0], concurrency))
 
     def start_maintenance(self) -> None:
         self._spawn("maintenance", self._worker_args("maintenance", self.queues[1], 1))

@@ -197,3 +197,15 @@ def test_gone_children_are_forgotten(clock: list[float], procs: dict[int, Any]) 
     made, terminated, _ = dog(rows)
     made.tick([RunningJob("j", 1)])  # no such process
     assert rows.renewed == [] and terminated == []
+
+
+def test_a_child_that_gave_its_job_back_is_not_stopped(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    procs[1] = ("R", 0)
+    made, terminated, _ = dog(rows)
+    rows.row("j", ours=True)
+    made.tick([RunningJob("j", 1)])
+    rows.row("j", ours=False)
+    rows.rows["j"]["released"] = True  # the child gave the job back (it is stopping by itself)
+    made.tick([RunningJob("j", 1)])
+    assert terminated == []

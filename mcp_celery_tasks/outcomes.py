@@ -1,0 +1,67 @@
+"""What a job run comes to: the outcome recorded on the row, and what becomes of the Celery
+message. Plain values; the runner decides, the store records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mcp_celery_tasks.errors import InputTimedOut, SoftTimeLimitExceeded, ToolError
+
+__all__ = [
+    "CANCELLED",
+    "MAX_DETAIL_CHARS",
+    "RETRY",
+    "STOPPING",
+    "SUPERSEDED",
+    "JobOutcome",
+    "Outcome",
+    "tool_error_kind",
+]
+
+MAX_DETAIL_CHARS: Final = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What to do with the Celery message: ``retry_in`` seconds, or done (None)."""
+
+    status: str
+    retry_in: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a run came to: ``completed`` (``result``), ``failed`` (``error``), ``cancelled``,
+    ``retry`` (an outage under the tool, never a result) or ``superseded`` (recorded too late)."""
+
+    status: str
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    message: str | None = None
+    kind: str | None = None
+    """For admins: why it failed or ended in a tool error (tool_error, crash, mcp_error, …)."""
+    detail: str | None = None
+    """For admins: what went wrong, as the tool said it (never a stack trace)."""
+
+    @property
+    def label(self) -> str:
+        """The outcome as metrics and logs name it: a tool error is not a plain completion."""
+        if self.status == "completed" and self.result is not None and self.result.get("isError"):
+            return "tool_error"
+        return self.status
+
+
+CANCELLED: Final = Outcome("cancelled")
+RETRY: Final = Outcome("retry")
+STOPPING: Final = Outcome("stopping")
+"""The worker process is being stopped: the job is given back and the process dies."""
+SUPERSEDED: Final = Outcome("superseded")
+
+
+def tool_error_kind(exc: ToolError) -> str:
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return "soft_time_limit"
+    if isinstance(exc, InputTimedOut):
+        return "input_timeout"
+    return "tool_error"

@@ -1,0 +1,148 @@
+"""The store's side of blips against real Postgres: giving a job back (a redelivery, not an
+attempt), the redelivery cap, leases that lapsed before the server (re)started, and ``stopping``
+tasks that nobody runs any more."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from mcp_types import jsonrpc as codes
+
+from mcp_celery_tasks import gc
+from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import ApiStore, WorkerStore
+from tests.integration.conftest import Db
+from tests.integration.test_store import LEASE_S, ME, RIVAL, new_task, raw_row, running, set_columns
+
+
+@pytest.fixture
+async def api(settings: Settings) -> AsyncIterator[ApiStore]:
+    store = ApiStore(settings)
+    await store.open()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def worker_store(settings: Settings) -> Iterator[WorkerStore]:
+    store = WorkerStore(settings)
+    yield store
+    store.close()
+
+
+async def test_a_job_given_back_keeps_its_attempt_count_and_is_free_at_once(
+    api: ApiStore, worker_store: WorkerStore, db: Db
+) -> None:
+    record = await running(api, worker_store)
+    assert raw_row(db, record.task_id)["attempts"] == 1
+    assert worker_store.give_back(record.task_id, ME)
+    row = raw_row(db, record.task_id)
+    assert (row["attempts"], row["redeliveries"], row["worker"]) == (0, 1, None)
+    assert row["status"] == "working" and row["lease_until"] is not None  # lapsed, for the sweeper
+    claimed = worker_store.claim(record.job_id, RIVAL, LEASE_S)  # no waiting for a grace
+    assert claimed is not None and claimed.attempts == 1
+    assert not worker_store.give_back(record.task_id, ME)  # fenced: not ours any more
+
+
+async def test_a_job_given_back_too_often_is_refused_and_failed(
+    api: ApiStore, settings: Settings, db: Db
+) -> None:
+    store = WorkerStore(settings.model_copy(update={"max_redeliveries": 2}))
+    try:
+        record = await api.create_task(new_task())
+        for _ in range(2):
+            assert store.claim(record.job_id, ME, LEASE_S) is not None
+            assert store.give_back(record.task_id, ME)
+        assert store.claim(record.job_id, ME, LEASE_S) is None
+        state = store.job_state(record.job_id)
+        assert state is not None and state["redeliveries"] == 2 and state["lease_left_s"] == 0
+        error = {"code": codes.INTERNAL_ERROR, "message": "handed back"}
+        assert store.fail_exhausted(record.job_id, error, "handed back", "redeliveries_exhausted")
+        row = raw_row(db, record.task_id)
+        assert (row["status"], row["error_kind"]) == ("failed", "redeliveries_exhausted")
+    finally:
+        store.close()
+
+
+async def test_a_lease_counts_as_lapsed_only_a_grace_after_the_server_started(
+    api: ApiStore, worker_store: WorkerStore, db: Db
+) -> None:
+    # As if the lease ran out long before the server (re)started: nobody could renew it then.
+    record = await running(api, worker_store)
+    set_columns(db, record.task_id, "lease_until = now() - interval '100 years'")
+    up = db.execute("SELECT EXTRACT(EPOCH FROM now() - pg_postmaster_start_time())::float AS s").fetchone()
+    assert up is not None
+    # A grace longer than the server has been up: the lapse counts from the start, not before.
+    assert worker_store.lost_leases(up["s"] + 60.0, 10) == []
+    # A grace shorter than that: lost, and another worker may claim it.
+    assert worker_store.lost_leases(1.0, 10) == [(record.job_id, "mcp.default")]
+    assert worker_store.claim(record.job_id, RIVAL, LEASE_S) is not None
+
+
+async def test_stopping_ends_when_nobody_runs_the_job(
+    api: ApiStore, worker_store: WorkerStore, db: Db
+) -> None:
+    alive = await running(api, worker_store)
+    dead = await running(api, worker_store)
+    given_back = await running(api, worker_store)
+    assert worker_store.give_back(given_back.task_id, ME)
+    for record in (alive, dead, given_back):
+        assert worker_store.admin_cancel(record.job_id, "cancelled by an admin").found
+    set_columns(db, dead.task_id, "lease_until = now() - interval '1 minute'")  # its worker died
+    assert worker_store.end_unattended_stops() == 2
+    assert raw_row(db, dead.task_id)["finished_at"] is not None
+    assert raw_row(db, given_back.task_id)["finished_at"] is not None
+    assert raw_row(db, alive.task_id)["finished_at"] is None  # a live lease: its worker stops it
+    shown = db.execute(
+        "SELECT task_id, status FROM mcp_tasks_overview WHERE task_id = ANY(%s)",
+        ([alive.task_id, dead.task_id, given_back.task_id],),
+    ).fetchall()
+    assert {r["task_id"]: r["status"] for r in shown} == {
+        alive.task_id: "stopping",
+        dead.task_id: "cancelled",
+        given_back.task_id: "cancelled",
+    }
+    assert worker_store.end_unattended_stops() == 0
+
+
+async def test_a_sweep_that_could_not_reach_the_database_holds_back_lost_lease_reclaims(
+    api: ApiStore, settings: Settings, db: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sweep_settings = settings.model_copy(update={"lease_grace_seconds": 1.0, "lease_seconds": 30.0})
+    store = WorkerStore(sweep_settings)
+    monkeypatch.setattr(gc, "_missed", False)
+    published: list[tuple[str, str]] = []
+
+    def sweep() -> int:
+        return gc.sweep(store, lambda job, queue: published.append((job, queue)), sweep_settings,
+                        queue_depth=lambda queue: 100)  # fmt: skip
+
+    try:
+        record = await api.create_task(new_task())
+        assert store.mark_dispatched([record.job_id]) == 1
+        assert store.claim(record.job_id, ME, LEASE_S) is not None
+        set_columns(db, record.task_id, "lease_until = now() - interval '1 minute'")
+        sweep()  # a normal sweep: the lease is lost, the job published again
+        assert published == [(record.job_id, "mcp.default")]
+        published.clear()
+
+        def unreachable(*args: object, **kwargs: object) -> int:
+            raise InfrastructureError("the task database is unavailable")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(store, "fail_undispatched", unreachable)
+            with pytest.raises(InfrastructureError):
+                sweep()
+        sweep()  # the database is back: a lapsed lease may be a live worker's that could not renew
+        assert published == []
+        gap = db.execute("SELECT 1 FROM mcp_maintenance WHERE job = %s", (gc.GAP,)).fetchone()
+        assert gap is not None
+        db.execute(
+            "UPDATE mcp_maintenance SET last_run_at = now() - interval '1 hour' WHERE job = %s", (gc.GAP,)
+        )
+        sweep()  # a lease and its grace after the gap: a lapsed lease means a dead worker again
+        assert published == [(record.job_id, "mcp.default")]
+    finally:
+        store.close()
