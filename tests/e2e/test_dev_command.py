@@ -2,23 +2,35 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import psutil
 import pytest
 
+from mcp_celery_tasks import devrecord
 from tests.support import ROOT, Client, free_port, wait_until
 
 
 def _processes_using(path: Path) -> list[psutil.Process]:
+    """Every process whose command line or environment names ``path`` (the data dir is in
+    Postgres's and Redis's command lines, and in every child's environment)."""
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
+            continue
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if str(path) in cmdline:
+        try:
+            environ = " ".join(proc.environ().values())
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            environ = ""
+        if str(path) in cmdline or str(path) in environ:
             found.append(proc)
     return found
 
@@ -86,3 +98,110 @@ def _ready(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+# ---- a dev stack that never leaks ----------------------------------------------------------
+
+DEV_TOOLS = "workers,tests.fixtures.conformance"
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+    env["PYTHONPATH"] = str(ROOT)  # the checkout's package from any folder
+    return env
+
+
+def _dev_argv(port: int) -> list[str]:
+    return [sys.executable, "-m", "mcp_celery_tasks.cli", "dev", "--port", str(port), "--tools", DEV_TOOLS]
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", *args],
+        cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def _keeper(data_dir: Path) -> psutil.Process:
+    (keeper,) = [
+        p for p in _processes_using(data_dir) if "mcp_celery_tasks.devguard" in " ".join(p.cmdline())
+    ]
+    return keeper
+
+
+def _nothing_left(data_dir: Path, within: float) -> None:
+    wait_until(
+        lambda: not _processes_using(data_dir), within, 0.5, what=f"every process of {data_dir} to end"
+    )
+
+
+def _redis_servers(data_dir: Path) -> list[psutil.Process]:
+    return [p for p in _processes_using(data_dir) if "redis-server" in " ".join(p.cmdline())]
+
+
+@pytest.mark.timeout(600)
+def test_dev_never_leaks_after_sighup_or_kill_and_the_next_start_recovers(tmp_path: Path) -> None:
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs tmux for the terminal tests")
+        pytest.skip("tmux is not installed")
+    checkout = tmp_path / "checkout"
+    (checkout / "sub").mkdir(parents=True)
+    data_dir = checkout / ".mcp-tasks"  # the default: how the CLI finds it from the checkout
+    port = free_port()
+
+    # 1. In a terminal that then closes (SIGHUP).
+    session = f"mcpt-dev-{uuid.uuid4().hex[:8]}"
+    command = " ".join(["cd", str(checkout), "&&", "env", f"PYTHONPATH={ROOT}", *_dev_argv(port)])
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "150", "-y", "50", command], check=True)
+    try:
+        wait_until(lambda: _ready(port) and (data_dir / "dev.json").exists(), 180, 0.5, what="dev in tmux")
+        second = _cli(checkout, "dev", "--port", str(free_port()), "--tools", DEV_TOOLS)
+        assert second.returncode == 2 and "already runs" in second.stderr, second.stderr
+        listed = _cli(checkout / "sub", "tasks", "ls", "--json")
+        assert listed.returncode == 0 and "using the dev stack of" in listed.stderr, listed.stderr
+        called = _cli(checkout / "sub", "call", "slow_compute", "--arg", "seconds=0.1", "--json")
+        assert called.returncode == 0, called.stderr
+        assert json.loads(called.stdout)["status"] == "completed"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    _nothing_left(data_dir, 90)
+    assert "stopping (SIGHUP)" in (data_dir / "logs" / "dev.log").read_text()
+    assert not (data_dir / "dev.json").exists()
+
+    # 2. dev killed with SIGKILL: its children get their signal from the kernel, the keeper
+    # stops Redis and Postgres.
+    log = tmp_path / "dev.log"
+    dev = subprocess.Popen(
+        _dev_argv(port), cwd=checkout, env=_env(), stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+    wait_until(lambda: _ready(port), 180, 0.5, what="dev")
+    dev.kill()
+    dev.wait()
+    _nothing_left(data_dir, 90)
+    assert devrecord.find(checkout) is None
+
+    # 3. dev and its keeper both killed: Postgres and Redis stay behind. The next start reuses
+    # that Postgres and replaces that Redis (never two on one socket), and its stop ends all.
+    dev = subprocess.Popen(
+        _dev_argv(port), cwd=checkout, env=_env(), stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+    wait_until(lambda: _ready(port), 180, 0.5, what="dev")
+    keeper = _keeper(data_dir)
+    os.kill(dev.pid, signal.SIGKILL)
+    keeper.kill()
+    dev.wait()
+    wait_until(lambda: not _ready(port), 60, 0.5, what="the API to die with dev")
+    assert len(_redis_servers(data_dir)) == 1
+    dev = subprocess.Popen(
+        _dev_argv(port), cwd=checkout, env=_env(), stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+    try:
+        wait_until(lambda: _ready(port), 180, 0.5, what="dev after a double kill")
+        assert len(_redis_servers(data_dir)) == 1
+        assert _cli(checkout, "call", "slow_compute", "--arg", "seconds=0.1", "--json").returncode == 0
+    finally:
+        dev.send_signal(signal.SIGINT)
+        dev.wait(120)
+    assert dev.returncode == 0, log.read_text()[-2000:]
+    _nothing_left(data_dir, 30)
