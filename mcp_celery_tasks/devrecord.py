@@ -87,15 +87,37 @@ def remove(data_dir: Path, pid: int) -> None:
             path.unlink()
 
 
+def _ours(path: Path) -> bool:
+    """Written by this user and writable by nobody else: a record planted in a shared parent
+    folder (``/tmp/.mcp-tasks/dev.json``) must never send our commands, or our token, elsewhere."""
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    return info.st_uid == os.getuid() and not info.st_mode & 0o022
+
+
+def _owned_by_us(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}").stat().st_uid == os.getuid()
+    except OSError:
+        return False
+
+
 def read(path: Path) -> DevRecord | None:
-    """The record at ``path`` if its ``dev`` still runs; a stale record is deleted."""
+    """The record at ``path`` if it is this user's and its ``dev`` still runs (as this user,
+    serving on loopback); a stale record is deleted."""
+    if not _ours(path):
+        return None
     try:
         record = DevRecord(**json.loads(path.read_text()))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError):
         return None  # unreadable or of another version: not ours to delete
-    if alive(record):
+    if not record.api_url.startswith("http://127.0.0.1:"):
+        return None  # dev only ever binds loopback
+    if alive(record) and _owned_by_us(record.pid):
         return record
     with contextlib.suppress(OSError):
         path.unlink()

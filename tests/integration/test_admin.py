@@ -310,3 +310,21 @@ def test_a_record_whose_pid_now_belongs_to_another_program_is_stale(tmp_path: Pa
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_record_someone_else_could_have_written_is_ignored(tmp_path: Path) -> None:
+    data_dir = tmp_path / ".mcp-tasks"
+    data_dir.mkdir()
+    me = devrecord.DevRecord(
+        os.getpid(),
+        devrecord.process_start(os.getpid()) or "",
+        str(data_dir),
+        "postgresql://x",
+        "redis://x",
+        "",
+    )
+    for api_url, mode in (("http://127.0.0.1:8000", 0o666), ("http://evil.example:80", 0o600)):
+        path = devrecord.write(data_dir, devrecord.DevRecord(**{**me.__dict__, "api_url": api_url}))
+        path.chmod(mode)
+        assert devrecord.read(path) is None
+        assert path.exists()  # not ours to judge: left alone
