@@ -302,7 +302,9 @@ def test_a_record_whose_pid_now_belongs_to_another_program_is_stale(tmp_path: Pa
         started = devrecord.process_start(other.pid) or ""
         for pid, start in ((other.pid, started), (os.getpid(), devrecord.process_start(os.getpid()) or "")):
             # Not a dev command line; then a dev-looking pid with another start time.
-            record = devrecord.DevRecord(pid, start, str(tmp_path), "postgresql://x", "redis://x", "http://x")
+            record = devrecord.DevRecord(
+                pid, start, str(tmp_path), "postgresql://x", "redis://x", "http://127.0.0.1:1"
+            )
             (tmp_path / ".mcp-tasks").mkdir(exist_ok=True)
             devrecord.write(tmp_path / ".mcp-tasks", record)
             assert devrecord.find(tmp_path) is None
