@@ -69,7 +69,8 @@ class Guard:
             self.proc.wait(5)
 
 
-def start_guard(data_dir: Path, log: Path) -> Guard:
+def start_guard(data_dir: Path, log: Path, lock_fd: int) -> Guard:
+    """Start the keeper; it keeps ``lock_fd`` (the data dir's flock) open until it exits."""
     read_end, write_end = os.pipe()
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -78,6 +79,7 @@ def start_guard(data_dir: Path, log: Path) -> Guard:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # no terminal's SIGHUP or Ctrl-C reaches it
+            pass_fds=(lock_fd,),
         )
     os.close(read_end)
     return Guard(proc, os.fdopen(write_end, "wb"))

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 
@@ -134,17 +134,16 @@ def run_dev(data_dir: Path, *, port: int | None = None, tools: str | None = None
     log_dir = data_dir / "logs"
     try:
         log_dir.mkdir(parents=True, exist_ok=True)
-        lock = hold_data_dir(data_dir)
-    except DataDirBusy:
-        running = devrecord.read(data_dir / devrecord.RECORD_NAME)
-        who = f" (pid {running.pid}, {running.mcp_url})" if running else ""
-        print(f"error: a dev stack already runs on {data_dir}{who}; stop it first", file=sys.stderr)
-        return 2
+        lock = _hold(data_dir)
     except OSError as exc:
         print(f"error: cannot use {data_dir}: {exc}", file=sys.stderr)
         return 2
+    if lock is None:
+        return 2
     stop = _Stop(log_dir)
-    guard = start_guard(data_dir, log_dir / "devguard.log")
+    # The keeper shares the lock: after a kill -9 the data dir stays locked until it has
+    # stopped the services, so a new dev never starts on a Postgres about to be stopped.
+    guard = start_guard(data_dir, log_dir / "devguard.log", lock.fileno())
     try:
         return _run(data_dir, log_dir, port, tools, stop, guard)
     except _DevError as exc:
@@ -154,6 +153,29 @@ def run_dev(data_dir: Path, *, port: int | None = None, tools: str | None = None
         devrecord.remove(data_dir, os.getpid())
         guard.release()
         lock.close()
+
+
+CLEANUP_WAIT_S = 60.0
+"""How long a new dev waits for the keeper of a killed one to stop its services."""
+
+
+def _hold(data_dir: Path) -> IO[str] | None:
+    """The data dir's lock; None (said on stderr) if another dev runs on it."""
+    deadline = time.monotonic() + CLEANUP_WAIT_S
+    waiting = False
+    while True:
+        try:
+            return hold_data_dir(data_dir)
+        except DataDirBusy:
+            running = devrecord.read(data_dir / devrecord.RECORD_NAME)
+            if running is not None or time.monotonic() > deadline:
+                who = f" (pid {running.pid}, {running.mcp_url})" if running else ""
+                print(f"error: a dev stack already runs on {data_dir}{who}; stop it first", file=sys.stderr)
+                return None
+            if not waiting:
+                print(f"waiting for the last dev stack on {data_dir} to finish stopping…", file=sys.stderr)
+                waiting = True
+            time.sleep(0.5)
 
 
 def _settings(**overrides: Any) -> Settings:

@@ -122,6 +122,12 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def _start(checkout: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        _dev_argv(port), cwd=checkout, env=_env(), stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+
+
 def _keeper(data_dir: Path) -> psutil.Process:
     (keeper,) = [
         p for p in _processes_using(data_dir) if "mcp_celery_tasks.devguard" in " ".join(p.cmdline())
@@ -169,13 +175,19 @@ def test_dev_never_leaks_after_sighup_or_kill_and_the_next_start_recovers(tmp_pa
     assert "stopping (SIGHUP)" in (data_dir / "logs" / "dev.log").read_text()
     assert not (data_dir / "dev.json").exists()
 
-    # 2. dev killed with SIGKILL: its children get their signal from the kernel, the keeper
-    # stops Redis and Postgres.
+    # 2. dev killed with SIGKILL and started again at once: the new one waits until the old
+    # one's keeper has stopped Redis and Postgres, then starts its own. Killed in turn, its
+    # children get their signal from the kernel and its keeper stops the services.
     log = tmp_path / "dev.log"
-    dev = subprocess.Popen(
-        _dev_argv(port), cwd=checkout, env=_env(), stdout=log.open("wb"), stderr=subprocess.STDOUT
-    )
+    dev = _start(checkout, port, log)
     wait_until(lambda: _ready(port), 180, 0.5, what="dev")
+    dev.kill()
+    dev.wait()
+    again = tmp_path / "again.log"
+    dev = _start(checkout, port, again)
+    wait_until(lambda: "is running" in again.read_text(), 180, 0.5, what="dev restarted at once")
+    assert len(_redis_servers(data_dir)) == 1
+    assert _cli(checkout, "call", "slow_compute", "--arg", "seconds=0.1", "--json").returncode == 0
     dev.kill()
     dev.wait()
     _nothing_left(data_dir, 90)
@@ -183,9 +195,7 @@ def test_dev_never_leaks_after_sighup_or_kill_and_the_next_start_recovers(tmp_pa
 
     # 3. dev and its keeper both killed: Postgres and Redis stay behind. The next start reuses
     # that Postgres and replaces that Redis (never two on one socket), and its stop ends all.
-    dev = subprocess.Popen(
-        _dev_argv(port), cwd=checkout, env=_env(), stdout=log.open("wb"), stderr=subprocess.STDOUT
-    )
+    dev = _start(checkout, port, log)
     wait_until(lambda: _ready(port), 180, 0.5, what="dev")
     keeper = _keeper(data_dir)
     os.kill(dev.pid, signal.SIGKILL)
@@ -193,9 +203,7 @@ def test_dev_never_leaks_after_sighup_or_kill_and_the_next_start_recovers(tmp_pa
     dev.wait()
     wait_until(lambda: not _ready(port), 60, 0.5, what="the API to die with dev")
     assert len(_redis_servers(data_dir)) == 1
-    dev = subprocess.Popen(
-        _dev_argv(port), cwd=checkout, env=_env(), stdout=log.open("wb"), stderr=subprocess.STDOUT
-    )
+    dev = _start(checkout, port, log)
     try:
         wait_until(lambda: _ready(port), 180, 0.5, what="dev after a double kill")
         assert len(_redis_servers(data_dir)) == 1
