@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from tests.support import REDIS_URL, ROOT, TEST_TOOL_MODULES, Stack, running_stack
+from tests.support import REDIS_URL, ROOT, TEST_TOOL_MODULES, Stack, running_stack, wait_until
 
 
 @pytest.fixture
@@ -71,3 +71,18 @@ def test_a_crashing_tool_is_listed_as_a_failure_with_its_kind_and_message(crash_
         assert overview is not None and overview[:2] == ("completed", "crash") and "sdq" in overview[2]
         failed_today = conn.execute(_readme_failed_today()).fetchall()  # type: ignore[call-overload]
     assert [(tool, count) for tool, message, count in failed_today if "sdq" in message] == [("adm_crash", 1)]
+
+
+def test_an_operator_cancel_by_prefix_stops_the_running_job(crash_stack: Stack) -> None:
+    client = crash_stack.client()
+    task_id = client.start("slow_compute", {"seconds": 60})
+    client.close()
+    job_id = crash_stack.row(task_id)["job_id"]
+    wait_until(lambda: crash_stack.row(task_id)["started_at"] is not None, 30, 0.1, what="the job to start")
+    ran = _tasks(crash_stack, "cancel", job_id[:8], "--reason", "drained by ops")
+    assert f"cancelled task {task_id} (job {job_id})" in ran.stdout
+    assert "broker" not in ran.stderr  # reached: the waiting job was woken
+    # The job sees it at once (woken, not at a 60 s checkpoint) and winds down.
+    wait_until(lambda: crash_stack.row(task_id)["finished_at"] is not None, 30, 0.2, what="the job to stop")
+    row = crash_stack.row(task_id)
+    assert (row["status"], row["status_message"]) == ("cancelled", "drained by ops")
