@@ -14,7 +14,6 @@ Imports stay light at module level: the CLI registers the admin commands at star
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, NoReturn
@@ -147,7 +146,3 @@ def friendly_errors(settings: Settings) -> Iterator[None]:
         if getattr(exc, "sqlstate", None) == _UNDEFINED_TABLE:
             fail(f"{where} has no task tables yet: run `mcp-celery-tasks migrate`", EXIT_DATABASE)
         raise
-
-
-def warn(message: str) -> None:
-    print(message, file=sys.stderr)

@@ -81,12 +81,11 @@ def _cells(row: dict[str, Any]) -> dict[str, str]:
 
 def _build(rows: Sequence[dict[str, Any]], layout: LsLayout, narrow_box: bool) -> Table:
     table = Table(box=box.SIMPLE_HEAD if narrow_box else box.HEAVY_HEAD, show_edge=not narrow_box)
-    ids = dict(no_wrap=True, overflow="ignore")
-    if layout.stacked:
-        table.add_column("task / job" + (" / status" if layout.status_in_id else ""), **ids)  # type: ignore[arg-type]
-    else:
-        table.add_column("task", **ids)  # type: ignore[arg-type]
-        table.add_column("job", **ids)  # type: ignore[arg-type]
+    id_headers = (
+        ["task / job" + (" / status" if layout.status_in_id else "")] if layout.stacked else ["task", "job"]
+    )
+    for header in id_headers:
+        table.add_column(header, no_wrap=True, overflow="ignore")  # an id is never cut
     if not layout.status_in_id:
         table.add_column("status", no_wrap=True)
     for name in layout.columns:

@@ -18,7 +18,17 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["RECORD_NAME", "DevRecord", "find", "process_start", "remove", "write"]
+__all__ = [
+    "RECORD_NAME",
+    "DevRecord",
+    "alive",
+    "announce",
+    "find",
+    "process_start",
+    "read",
+    "remove",
+    "write",
+]
 
 RECORD_NAME = "dev.json"
 DEFAULT_DATA_DIR = ".mcp-tasks"
