@@ -48,8 +48,9 @@ admin_app.add_typer(limits_app, name="limits")
 console = Console()
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-STATUSES = ("working", "input_required", "completed", "failed", "cancelled", "stopping")
-"""``mcp_tasks_overview``'s statuses: the spec's five plus ``stopping`` (cancelled, job winding down)."""
+STATUSES = ("working", "input_required", "completed", "failed", "cancelled", "stopping", "errored")
+"""``mcp_tasks_overview``'s statuses: the spec's five plus ``stopping`` (cancelled, job winding
+down); and for ``ls``, ``errored``: completed with a tool error, crash or limit."""
 PURGEABLE = ("completed", "failed", "cancelled")
 MIN_PREFIX = 6
 

@@ -369,7 +369,9 @@ ADMIN_LIST: Final[LiteralString] = """
 SELECT task_id, job_id, status, tool, owner, queue, status_message, created_at, age, runtime,
        attempts, outstanding_inputs, last_error, error_kind
 FROM mcp_tasks_overview
-WHERE (%(status)s::text IS NULL OR status = %(status)s)
+-- 'errored' (admins only): completed with isError, a tool error, crash or limit (error_kind).
+WHERE (%(status)s::text IS NULL OR status = %(status)s
+       OR (%(status)s = 'errored' AND status = 'completed' AND error_kind IS NOT NULL))
   AND (%(tool)s::text IS NULL OR tool = %(tool)s)
   AND (%(owner)s::text IS NULL OR owner = %(owner)s)
   AND (%(older_than_s)s::float IS NULL OR created_at < now() - %(older_than_s)s * interval '1 second')

@@ -53,6 +53,8 @@ def test_a_crashing_tool_is_listed_as_a_failure_with_its_kind_and_message(crash_
     client.close()
     (listed,) = [r for r in json.loads(_tasks(crash_stack, "ls", "--json").stdout) if r["task_id"] == task_id]
     assert listed["error_kind"] == "crash" and "disk sdq is full" in listed["last_error"]
+    errored = json.loads(_tasks(crash_stack, "ls", "--status", "errored", "--json").stdout)
+    assert [r["task_id"] for r in errored] == [task_id]  # not the readiness check's greet
     row = next(line for line in _tasks(crash_stack, "ls").stdout.splitlines() if task_id in line)
     assert "errored" in row and "crash: " in row
 
