@@ -76,7 +76,7 @@ def test_dev_runs_a_tool_on_embedded_services_stops_cleanly_and_reuses_its_data(
         dev.send_signal(signal.SIGINT)
         dev.wait(90)
     assert dev.returncode == 0, log.read_text()[-2000:]
-    assert _processes_using(data_dir) == []
+    _nothing_left(data_dir, 30)
 
     # A second run finds the same database: the task is still there.
     dev = _start_dev(data_dir, port, log)
@@ -88,7 +88,7 @@ def test_dev_runs_a_tool_on_embedded_services_stops_cleanly_and_reuses_its_data(
     finally:
         dev.send_signal(signal.SIGINT)
         dev.wait(90)
-    assert _processes_using(data_dir) == []
+    _nothing_left(data_dir, 30)
 
 
 def _ready(port: int) -> bool:
@@ -130,19 +130,28 @@ def _start(checkout: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
 
 def _keeper(data_dir: Path) -> psutil.Process:
     (keeper,) = [
-        p for p in _processes_using(data_dir) if "mcp_celery_tasks.devguard" in " ".join(p.cmdline())
+        p
+        for p in _processes_using(data_dir)
+        if "mcp_celery_tasks.devguard" in " ".join(p.info["cmdline"] or [])
     ]
     return keeper
 
 
 def _nothing_left(data_dir: Path, within: float) -> None:
-    wait_until(
-        lambda: not _processes_using(data_dir), within, 0.5, what=f"every process of {data_dir} to end"
-    )
+    left: list[str] = []
+
+    def gone() -> bool:
+        left[:] = [f"{p.pid} {p.info['cmdline']}"[:200] for p in _processes_using(data_dir)]
+        return not left
+
+    try:
+        wait_until(gone, within, 0.5, what=f"every process of {data_dir} to end")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; still running: {left}") from None
 
 
 def _redis_servers(data_dir: Path) -> list[psutil.Process]:
-    return [p for p in _processes_using(data_dir) if "redis-server" in " ".join(p.cmdline())]
+    return [p for p in _processes_using(data_dir) if "redis-server" in " ".join(p.info["cmdline"] or [])]
 
 
 @pytest.mark.timeout(600)
