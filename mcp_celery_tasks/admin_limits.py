@@ -7,33 +7,47 @@ from ``MCP_TASKS_*`` (0 turns one off for that principal).
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from mcp_celery_tasks.admincommon import (
+    EXIT_NOT_FOUND,
+    EXIT_USAGE,
+    admin_settings,
+    admin_store,
+    fail,
+    friendly_errors,
+)
+from mcp_celery_tasks.clihelp import PlainHelpCommand, PlainHelpGroup
+
 __all__ = ["limits_app"]
 
-limits_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Quota overrides per principal.")
+limits_app = typer.Typer(
+    cls=PlainHelpGroup, add_completion=False, no_args_is_help=True, help="Quota overrides per principal."
+)
 console = Console()
 
 COLUMNS = ("max_active_tasks", "creates_per_second", "create_burst", "max_concurrent_requests", "note")
+T = TypeVar("T")
 
 
-def _store() -> Any:
-    from mcp_celery_tasks.settings import Settings
-    from mcp_celery_tasks.store import WorkerStore
+def _with_store(action: Callable[[Any], T]) -> T:
+    settings = admin_settings()
+    store = admin_store(settings)
+    with friendly_errors(settings):
+        return action(store)
 
-    return WorkerStore(Settings(), application_name="mcp-celery-tasks-admin")
 
-
-@limits_app.command("ls")
+@limits_app.command("ls", cls=PlainHelpCommand)
 def list_limits(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts")] = False,
 ) -> None:
     """Every principal with an override (unset limits keep the defaults)."""
-    rows = _store().principal_limits()
+    rows = _with_store(lambda store: store.principal_limits())
     if as_json:
         typer.echo(json.dumps(rows, default=str, indent=2))
         return
@@ -44,28 +58,39 @@ def list_limits(
     console.print(table)
 
 
-@limits_app.command("set")
+@limits_app.command("set", cls=PlainHelpCommand)
 def set_limits(
-    principal: Annotated[str, typer.Argument(help="e.g. token:alice or jwt:https://issuer#sub")],
-    max_active: Annotated[int | None, typer.Option(min=0, help="Tasks working or waiting at once")] = None,
-    rate: Annotated[float | None, typer.Option(min=0, help="Creates per second (per API process)")] = None,
-    burst: Annotated[int | None, typer.Option(min=1, help="Creates at once before the rate applies")] = None,
-    concurrent: Annotated[int | None, typer.Option(min=0, help="Requests in progress at once")] = None,
-    note: Annotated[str | None, typer.Option(help="Why (shown by ls)")] = None,
+    principal: Annotated[
+        str, typer.Argument(metavar="PRINCIPAL", help="e.g. token:alice or jwt:https://issuer#sub")
+    ],
+    max_active: Annotated[
+        int | None, typer.Option(metavar="N", min=0, help="Tasks working or waiting at once")
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option(metavar="PER_SECOND", min=0, help="Creates per second (per API process)")
+    ] = None,
+    burst: Annotated[
+        int | None, typer.Option(metavar="N", min=1, help="Creates at once before the rate applies")
+    ] = None,
+    concurrent: Annotated[
+        int | None, typer.Option(metavar="N", min=0, help="Requests in progress at once")
+    ] = None,
+    note: Annotated[str | None, typer.Option(metavar="TEXT", help="Why (shown by ls)")] = None,
 ) -> None:
     """Override some of a principal's limits (the others stay as they are)."""
     values = {"max_active_tasks": max_active, "creates_per_second": rate, "create_burst": burst,
               "max_concurrent_requests": concurrent, "note": note}  # fmt: skip
     if all(value is None for value in values.values()):
-        raise typer.BadParameter("give at least one of --max-active, --rate, --burst, --concurrent, --note")
-    _store().set_principal_limits(principal, **values)
+        fail("give at least one of --max-active, --rate, --burst, --concurrent, --note", EXIT_USAGE)
+    _with_store(lambda store: store.set_principal_limits(principal, **values))
     typer.echo(f"limits of {principal} set (API processes pick them up within 10 s)")
 
 
-@limits_app.command("clear")
-def clear_limits(principal: Annotated[str, typer.Argument(help="The principal")]) -> None:
+@limits_app.command("clear", cls=PlainHelpCommand)
+def clear_limits(
+    principal: Annotated[str, typer.Argument(metavar="PRINCIPAL", help="The principal")],
+) -> None:
     """Back to the defaults."""
-    if not _store().clear_principal_limits(principal):
-        typer.echo(f"{principal} has no override", err=True)
-        raise typer.Exit(1)
+    if not _with_store(lambda store: store.clear_principal_limits(principal)):
+        fail(f"{principal} has no override", EXIT_NOT_FOUND)
     typer.echo(f"limits of {principal} back to the defaults")

@@ -22,7 +22,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from mcp_celery_tasks import devrecord
 from mcp_celery_tasks.admin import admin_app
+from mcp_celery_tasks.admincommon import (
+    EXIT_DATABASE,
+    EXIT_USAGE,
+    config_error_line,
+    driver_reason,
+    fail,
+    redact,
+)
 from mcp_celery_tasks.clihelp import PlainHelpCommand, PlainHelpGroup
 from mcp_celery_tasks.logs import configure_logging
 
@@ -60,9 +69,8 @@ def _settings(
         overrides["tool_modules"] = [m.strip() for m in tools.split(",") if m.strip()]
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
-    except ValueError as exc:  # pydantic's ValidationError too
-        typer.echo(f"configuration error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    except ValueError as exc:  # pydantic's ValidationError, or a *_FILE that cannot be read
+        fail(f"configuration: {config_error_line(exc)}", EXIT_USAGE)
 
 
 def _drop_api_secrets() -> None:
@@ -218,10 +226,18 @@ def migrate(
     database_url: DatabaseOpt = None,
     revision: Annotated[str, typer.Argument(help="Target revision")] = "head",
 ) -> None:
-    """Apply database migrations (alembic upgrade)."""
+    """Apply database migrations (alembic upgrade); exit 3 if the database cannot be used."""
     from mcp_celery_tasks import migrate as migrations
+    from mcp_celery_tasks.errors import InfrastructureError
 
-    migrations.upgrade(_settings(database_url), revision)
+    settings = _settings(database_url)
+    try:
+        migrations.upgrade(settings, revision)
+    except InfrastructureError as exc:
+        reason = driver_reason(exc.__cause__ or exc)
+        fail(f"cannot migrate {redact(settings.database_url)}: {reason}", EXIT_DATABASE)
+    except migrations.UnknownRevision as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 @app.command()
@@ -240,7 +256,14 @@ def dev(
 
 
 DEFAULT_URL = "http://127.0.0.1:8000/mcp"
-UrlOpt = Annotated[str, typer.Option(metavar="URL", envvar="MCP_TASKS_URL", help="MCP endpoint")]
+UrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        metavar="URL",
+        envvar="MCP_TASKS_URL",
+        help=f"MCP endpoint (default: the running dev stack of this checkout, else {DEFAULT_URL})",
+    ),
+]
 TokenOpt = Annotated[str | None, typer.Option(metavar="TOKEN", envvar="MCP_TASKS_TOKEN", help="Bearer token")]
 TimeoutOpt = Annotated[
     float, typer.Option(metavar="SECONDS", help="Longest wait for any one answer from the server")
@@ -254,7 +277,7 @@ def call(
         list[str] | None,
         typer.Option("--arg", metavar="KEY=VALUE", help="A tool argument; JSON values allowed (repeat it)"),
     ] = None,
-    url: UrlOpt = DEFAULT_URL,
+    url: UrlOpt = None,
     token: TokenOpt = None,
     resume: Annotated[
         str | None, typer.Option(metavar="TASK_ID", help="Follow an existing task instead")
@@ -278,10 +301,11 @@ def call(
     """
     from mcp_celery_tasks.callcli import run_call
 
+    endpoint, named = _endpoint(url)
     raise typer.Exit(
         run_call(
-            url=url,
-            url_given=url != DEFAULT_URL,
+            url=endpoint,
+            url_given=named,
             token=token,
             tool=tool,
             args=arg or [],
@@ -295,7 +319,7 @@ def call(
 
 @app.command(cls=PlainHelpCommand)
 def tools(
-    url: UrlOpt = DEFAULT_URL,
+    url: UrlOpt = None,
     token: TokenOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the tools as JSON")] = False,
     timeout: TimeoutOpt = 60.0,
@@ -303,7 +327,18 @@ def tools(
     """List the tools a server offers: name, task mode, arguments and a one-line description."""
     from mcp_celery_tasks.callcli import run_tools
 
-    raise typer.Exit(run_tools(url=url, token=token, as_json=as_json, timeout=timeout))
+    raise typer.Exit(run_tools(url=_endpoint(url)[0], token=token, as_json=as_json, timeout=timeout))
+
+
+def _endpoint(url: str | None) -> tuple[str, bool]:
+    """The endpoint to use, and whether the user named it (--url or MCP_TASKS_URL)."""
+    if url:
+        return url, True
+    record = devrecord.find()
+    if record is not None:
+        devrecord.announce(record, record.mcp_url)
+        return record.mcp_url, False
+    return DEFAULT_URL, False
 
 
 def main() -> None:

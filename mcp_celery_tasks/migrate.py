@@ -8,10 +8,17 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy.exc import OperationalError
 
+from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 
-__all__ = ["alembic_config", "check", "downgrade", "head_revision", "upgrade"]
+__all__ = ["UnknownRevision", "alembic_config", "check", "downgrade", "head_revision", "upgrade"]
+
+
+class UnknownRevision(ValueError):
+    """The target revision is not one this code ships."""
 
 
 def _scripts() -> str:
@@ -31,7 +38,14 @@ def alembic_config(settings: Settings) -> Config:
 
 
 def upgrade(settings: Settings, revision: str = "head") -> None:
-    command.upgrade(alembic_config(settings), revision)
+    """Raises InfrastructureError (the driver's error on ``__cause__``) if the database cannot
+    be reached, UnknownRevision for a revision this code does not have."""
+    try:
+        command.upgrade(alembic_config(settings), revision)
+    except OperationalError as exc:
+        raise InfrastructureError("the task database is unavailable") from exc.orig
+    except CommandError as exc:
+        raise UnknownRevision(str(exc)) from None
 
 
 def downgrade(settings: Settings, revision: str) -> None:

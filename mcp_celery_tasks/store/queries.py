@@ -395,14 +395,28 @@ FROM (SELECT 1) AS one LEFT JOIN t ON true
 
 ADMIN_LIST: Final[LiteralString] = """
 SELECT task_id, job_id, status, tool, owner, queue, status_message, created_at, age, runtime,
-       attempts, outstanding_inputs, last_error
+       attempts, outstanding_inputs, last_error, error_kind
 FROM mcp_tasks_overview
-WHERE (%(status)s::text IS NULL OR status = %(status)s)
+-- 'errored' (admins only): completed with isError, a tool error, crash or limit (error_kind).
+WHERE (%(status)s::text IS NULL OR status = %(status)s
+       OR (%(status)s = 'errored' AND status = 'completed' AND error_kind IS NOT NULL))
   AND (%(tool)s::text IS NULL OR tool = %(tool)s)
   AND (%(owner)s::text IS NULL OR owner = %(owner)s)
   AND (%(older_than_s)s::float IS NULL OR created_at < now() - %(older_than_s)s * interval '1 second')
   AND (%(newer_than_s)s::float IS NULL OR created_at >= now() - %(newer_than_s)s * interval '1 second')
 ORDER BY created_at DESC
+LIMIT %(limit)s
+"""
+
+# A task id, a job id, or a unique prefix of either (6+ characters) for ``tasks show|cancel``:
+# exact matches first (primary key and unique index); a prefix scans, which an admin can afford.
+ADMIN_MATCH: Final[LiteralString] = """
+SELECT task_id, job_id, tool_name AS tool, status, created_at,
+       (task_id = %(ref)s OR job_id = %(ref)s) AS exact
+FROM mcp_tasks
+WHERE task_id = %(ref)s OR job_id = %(ref)s
+   OR (length(%(ref)s) >= 6 AND (starts_with(task_id, %(ref)s) OR starts_with(job_id, %(ref)s)))
+ORDER BY exact DESC, created_at DESC
 LIMIT %(limit)s
 """
 
@@ -463,7 +477,7 @@ GROUP BY queue, tool ORDER BY queue, tool
 """
 
 ADMIN_RECENT_FAILURES: Final[LiteralString] = """
-SELECT job_id, tool, created_at, last_error FROM mcp_tasks_overview
+SELECT job_id, tool, created_at, last_error, error_kind FROM mcp_tasks_overview
 WHERE status = 'failed' OR (status = 'completed' AND last_error IS NOT NULL)
 ORDER BY created_at DESC LIMIT %(limit)s
 """

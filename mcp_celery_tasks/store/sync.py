@@ -231,6 +231,11 @@ class WorkerStore:
             queries.ADMIN_RECENT_FAILURES, {"limit": 8}
         )
 
+    def admin_match(self, ref: str, limit: int = 10) -> list[dict[str, Any]]:
+        """Tasks whose task id or job id is ``ref``, or starts with it (6+ characters); exact
+        matches first."""
+        return self._fetch(queries.ADMIN_MATCH, {"ref": ref, "limit": limit})
+
     def admin_show(self, ref: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """A task by task id or job id, with every input request it made."""
         rows = self._fetch(queries.ADMIN_SHOW, {"ref": ref})

@@ -7,10 +7,15 @@ import os
 import re
 import subprocess
 import sys
+import time
+import uuid
+from pathlib import Path
 
 import psycopg
+import pytest
 
-from tests.support import ROOT
+from mcp_celery_tasks import devrecord
+from tests.support import ROOT, create_database, drop_database, dsn_for, free_port, wait_until
 
 
 def _readme_sql() -> list[str]:
@@ -115,3 +120,213 @@ def test_limits_set_ls_clear_round_trip(db_url: str) -> None:
     assert cli("clear", "token:alice").returncode == 0
     assert _json.loads(cli("ls", "--json").stdout) == []
     assert cli("clear", "token:alice").returncode == 1
+
+
+# ---- expected failures: one line, an exit code ----------------------------------------------
+
+
+def _run(*args: str, cwd: Path = ROOT, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+    env["PYTHONPATH"] = str(ROOT)  # the checkout's package, whatever the current directory
+    env.update(env_vars)
+    return subprocess.run(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def _one_error_line(ran: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in ran.stderr, ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), ran.stderr
+    return lines[0]
+
+
+def test_a_database_that_cannot_be_used_is_one_line_and_exit_3(db_url: str) -> None:
+    dead = f"postgresql://admin:s3cret@127.0.0.1:{free_port()}/mcp_tasks"
+    missing = dsn_for(f"mcpt_missing_{uuid.uuid4().hex[:8]}")
+    empty_name = f"mcpt_empty_{uuid.uuid4().hex[:8]}"
+    empty = create_database(empty_name)
+    try:
+        for command in (("tasks", "ls"), ("tasks", "show", "abcdef"), ("tasks", "top", "--once"),
+                        ("tasks", "limits", "ls"), ("tasks", "cancel", "abcdef")):  # fmt: skip
+            ran = _run(*command, MCP_TASKS_DATABASE_URL=dead)
+            assert ran.returncode == 3, (command, ran.stderr)
+            line = _one_error_line(ran)
+            assert "s3cret" not in line and "admin:***@" in line
+        ran = _run("tasks", "ls", MCP_TASKS_DATABASE_URL=missing)
+        assert ran.returncode == 3 and "does not exist" in _one_error_line(ran)
+        ran = _run("tasks", "ls", MCP_TASKS_DATABASE_URL=empty)
+        assert ran.returncode == 3 and "run `mcp-celery-tasks migrate`" in _one_error_line(ran)
+        ran = _run("migrate", MCP_TASKS_DATABASE_URL=missing)
+        assert ran.returncode == 3 and "does not exist" in _one_error_line(ran)
+        assert _run("migrate", "nosuchrevision", MCP_TASKS_DATABASE_URL=empty).returncode == 2
+        assert _run("migrate", MCP_TASKS_DATABASE_URL=empty).returncode == 0
+        assert _run("tasks", "ls", "--json", MCP_TASKS_DATABASE_URL=empty).stdout.strip() == "[]"
+    finally:
+        drop_database(empty_name)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("tasks", "ls"), ("tasks", "limits", "ls"), ("migrate",), ("serve",), ("worker",), ("beat",)],
+    ids=" ".join,
+)
+def test_a_configuration_mistake_names_the_variable_and_exits_2(
+    db_url: str, command: tuple[str, ...]
+) -> None:
+    ran = _run(*command, MCP_TASKS_DATABASE_URL=db_url, MCP_TASKS_LEASE_SECONDS="abc")
+    assert ran.returncode == 2, ran.stderr
+    assert "MCP_TASKS_LEASE_SECONDS='abc': Input should be a valid number" in _one_error_line(ran)
+
+
+def test_dev_refuses_a_configuration_mistake_with_one_line(tmp_path: Path) -> None:
+    ran = _run("dev", "--data-dir", str(tmp_path / "data"), MCP_TASKS_LEASE_SECONDS="abc")
+    assert ran.returncode == 2
+    assert "MCP_TASKS_LEASE_SECONDS='abc'" in _one_error_line(ran)
+
+
+def _seed_ids(db_url: str, ids: list[tuple[str, str, str]]) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for task_id, job_id, status in ids:
+            conn.execute(
+                """INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, status,
+                     retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
+                     client_capabilities)
+                   VALUES (%s, %s, 'anon', 'demo', '{}', %s, 60000, 1000, 'q', 3, '2026-07-28', '{}')""",
+                (task_id, job_id, status),
+            )
+
+
+def test_show_and_cancel_take_a_task_id_a_job_id_or_a_unique_prefix(db_url: str) -> None:
+    _seed_ids(
+        db_url,
+        [
+            ("abcdef1xxxxxxxxxxxxxxxxxxxxxxxxx", "11111111-aaaa-4000-8000-000000000001", "working"),
+            ("abcdef2xxxxxxxxxxxxxxxxxxxxxxxxx", "22222222-bbbb-4000-8000-000000000002", "completed"),
+            ("-dashfirstxxxxxxxxxxxxxxxxxxxxxx", "33333333-cccc-4000-8000-000000000003", "working"),
+        ],
+    )
+
+    def show(*ref: str) -> subprocess.CompletedProcess[str]:
+        return _run("tasks", "show", "--json", *ref, MCP_TASKS_DATABASE_URL=db_url)
+
+    assert json.loads(show("abcdef1").stdout)["task"]["task_id"].startswith("abcdef1")
+    assert json.loads(show("222222").stdout)["task"]["task_id"].startswith("abcdef2")
+    ambiguous = show("abcdef")
+    assert ambiguous.returncode == 2 and "abcdef1" in ambiguous.stderr and "abcdef2" in ambiguous.stderr
+    short = show("abc")
+    assert short.returncode == 1 and "6+ characters" in _one_error_line(short)
+    assert show("zzzzzz").returncode == 1
+    # An id starting with '-' is an option unless it comes after '--'.
+    assert show("-dashfirstxxxxxxxxxxxxxxxxxxxxxx").returncode == 2
+    assert json.loads(show("--", "-dashfirst").stdout)["task"]["job_id"].startswith("33333333")
+
+    finished = _run("tasks", "cancel", "abcdef2", MCP_TASKS_DATABASE_URL=db_url)
+    assert finished.returncode == 1 and "already completed" in _one_error_line(finished)
+
+
+def test_cancel_with_the_broker_down_still_cancels_and_says_when_the_job_stops(db_url: str) -> None:
+    _seed_ids(
+        db_url, [("brokerdownxxxxxxxxxxxxxxxxxxxxxx", "44444444-dddd-4000-8000-000000000004", "working")]
+    )
+    started = time.monotonic()
+    ran = _run(
+        "tasks", "cancel", "444444",
+        MCP_TASKS_DATABASE_URL=db_url, MCP_TASKS_BROKER_URL=f"redis://127.0.0.1:{free_port()}/0",
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "cancelled task brokerdown" in ran.stdout
+    assert "broker is unreachable" in ran.stderr and "next checkpoint" in ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert time.monotonic() - started < 30
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT status FROM mcp_tasks WHERE task_id LIKE 'brokerdown%'").fetchone()
+    assert row == ("cancelled",)
+
+
+def test_status_filters_are_checked(db_url: str) -> None:
+    bogus = _run("tasks", "ls", "--status", "bogus", MCP_TASKS_DATABASE_URL=db_url)
+    assert bogus.returncode == 2 and "input_required" in _one_error_line(bogus)
+    assert _run("tasks", "purge", "--older-than", "1d", "--status", "bogus", "--yes",
+                MCP_TASKS_DATABASE_URL=db_url).returncode == 2  # fmt: skip
+    running = _run("tasks", "purge", "--older-than", "1d", "--status", "working", "--yes",
+                   MCP_TASKS_DATABASE_URL=db_url)  # fmt: skip
+    assert running.returncode == 2 and "never purged" in _one_error_line(running)
+    assert _run("tasks", "ls", "--status", "stopping", MCP_TASKS_DATABASE_URL=db_url).returncode == 0
+
+
+def test_admin_commands_find_the_running_dev_stack_and_forget_a_stale_one(
+    db_url: str, tmp_path: Path
+) -> None:
+    _seed(db_url)
+    checkout = tmp_path / "checkout"
+    (checkout / "sub" / "dir").mkdir(parents=True)
+    data_dir = checkout / ".mcp-tasks"
+    data_dir.mkdir()
+    # Stands in for a running `mcp-celery-tasks dev` (what the record check looks at: the
+    # pid, its start time, and a command line of mcp_celery_tasks ... dev).
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "mcp_celery_tasks", "dev"])
+    try:
+        wait_until(lambda: devrecord.process_start(fake.pid) is not None, 10, what="the stand-in")
+        record = devrecord.DevRecord(
+            pid=fake.pid, started=devrecord.process_start(fake.pid) or "", data_dir=str(data_dir),
+            database_url=db_url, broker_url="redis://127.0.0.1:1/0", api_url="http://127.0.0.1:1",
+        )  # fmt: skip
+        path = devrecord.write(data_dir, record)
+        assert path.stat().st_mode & 0o777 == 0o600
+        ran = _run("tasks", "ls", "--json", cwd=checkout / "sub" / "dir")
+        assert ran.returncode == 0, ran.stderr
+        assert {row["task_id"] for row in json.loads(ran.stdout)} == {"task-0", "task-1", "task-2"}
+        assert f"using the dev stack of {data_dir} (pid {fake.pid})" in ran.stderr
+        # MCP_TASKS_DATABASE_URL wins over the record.
+        ran = _run(
+            "tasks",
+            "ls",
+            "--json",
+            cwd=checkout,
+            MCP_TASKS_DATABASE_URL=f"postgresql://x@127.0.0.1:{free_port()}/x",
+        )
+        assert ran.returncode == 3 and "dev stack" not in ran.stderr
+    finally:
+        fake.kill()
+        fake.wait()
+    assert devrecord.find(checkout / "sub") is None  # its process is gone: stale
+    assert not path.exists()
+
+
+def test_a_record_whose_pid_now_belongs_to_another_program_is_stale(tmp_path: Path) -> None:
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        wait_until(lambda: devrecord.process_start(other.pid) is not None, 10, what="the process")
+        started = devrecord.process_start(other.pid) or ""
+        for pid, start in ((other.pid, started), (os.getpid(), devrecord.process_start(os.getpid()) or "")):
+            # Not a dev command line; then a dev-looking pid with another start time.
+            record = devrecord.DevRecord(
+                pid, start, str(tmp_path), "postgresql://x", "redis://x", "http://127.0.0.1:1"
+            )
+            (tmp_path / ".mcp-tasks").mkdir(exist_ok=True)
+            devrecord.write(tmp_path / ".mcp-tasks", record)
+            assert devrecord.find(tmp_path) is None
+            assert not (tmp_path / ".mcp-tasks" / "dev.json").exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_record_someone_else_could_have_written_is_ignored(tmp_path: Path) -> None:
+    data_dir = tmp_path / ".mcp-tasks"
+    data_dir.mkdir()
+    me = devrecord.DevRecord(
+        os.getpid(),
+        devrecord.process_start(os.getpid()) or "",
+        str(data_dir),
+        "postgresql://x",
+        "redis://x",
+        "",
+    )
+    for api_url, mode in (("http://127.0.0.1:8000", 0o666), ("http://evil.example:80", 0o600)):
+        path = devrecord.write(data_dir, devrecord.DevRecord(**{**me.__dict__, "api_url": api_url}))
+        path.chmod(mode)
+        assert devrecord.read(path) is None
+        assert path.exists()  # not ours to judge: left alone

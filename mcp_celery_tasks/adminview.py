@@ -1,0 +1,175 @@
+"""The admin commands' screens: the ``ls`` table fitted to the terminal, ``top`` and ``show``.
+
+Ids are never cut: an operator copies them into ``show`` and ``cancel``. Piped output is never
+narrowed. On a narrow terminal the job id goes under the task id, then the least useful
+columns are left out (and named on stderr) until the table fits; ``--wide`` shows everything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["LsLayout", "fmt", "ls_table", "natural_width", "show_table", "status_cell", "summary_view"]
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, timedelta):
+        seconds = int(value.total_seconds())
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds}s"
+    if hasattr(value, "isoformat"):
+        return str(value.isoformat(timespec="seconds"))
+    return str(value)
+
+
+def status_cell(row: dict[str, Any]) -> Text:
+    """``failed`` in red; a task that completed with ``isError`` (a tool error, a crash, a limit)
+    is ``errored`` in red too: for an operator it is a failure, whatever the wire status."""
+    status = row["status"]
+    if status == "failed":
+        return Text("failed", style="red")
+    if status == "completed" and row.get("error_kind"):
+        return Text("errored", style="red")
+    return Text(status)
+
+
+def _message(row: dict[str, Any]) -> str:
+    if row.get("error_kind") and row.get("last_error"):
+        return f"{row['error_kind']}: {row['last_error']}"[:80]
+    return str(row.get("last_error") or row.get("status_message") or "")[:80]
+
+
+# Left out first on a narrow terminal, in this order; ids and status always stay.
+OPTIONAL_COLUMNS: tuple[str, ...] = ("message", "inputs", "tries", "runtime", "owner", "age", "tool")
+COLUMN_ORDER: tuple[str, ...] = ("tool", "owner", "age", "runtime", "tries", "inputs", "message")
+# A place for a dispatch position ("queued #3") is the status column: the fair-dispatch work may
+# fill it in through status_cell without changing the layout.
+
+
+@dataclass(frozen=True)
+class LsLayout:
+    stacked: bool
+    """The job id under the task id (one column) instead of beside it."""
+    status_in_id: bool
+    """At the narrowest, the status goes under the ids too."""
+    columns: tuple[str, ...]
+    dropped: tuple[str, ...]
+
+
+def _cells(row: dict[str, Any]) -> dict[str, str]:
+    return {
+        "tool": row["tool"],
+        "owner": row["owner"],
+        "age": fmt(row["age"]),
+        "runtime": fmt(row["runtime"]),
+        "tries": str(row["attempts"]),
+        "inputs": str(row["outstanding_inputs"] or ""),
+        "message": _message(row),
+    }
+
+
+def _build(rows: Sequence[dict[str, Any]], layout: LsLayout, narrow_box: bool) -> Table:
+    table = Table(box=box.SIMPLE_HEAD if narrow_box else box.HEAVY_HEAD, show_edge=not narrow_box)
+    id_headers = (
+        ["task / job" + (" / status" if layout.status_in_id else "")] if layout.stacked else ["task", "job"]
+    )
+    for header in id_headers:
+        table.add_column(header, no_wrap=True, overflow="ignore")  # an id is never cut
+    if not layout.status_in_id:
+        table.add_column("status", no_wrap=True)
+    for name in layout.columns:
+        table.add_column(name, no_wrap=name != "message")
+    for row in rows:
+        cells = _cells(row)
+        status = status_cell(row)
+        if layout.stacked:
+            first: list[Any] = [
+                Text("\n").join(
+                    [Text(row["task_id"]), Text(row["job_id"], style="dim")]
+                    + ([status] if layout.status_in_id else [])
+                )
+            ]
+        else:
+            first = [row["task_id"], row["job_id"]]
+        table.add_row(*first, *([] if layout.status_in_id else [status]), *(cells[n] for n in layout.columns))
+    return table
+
+
+def natural_width(console: Console, table: Table) -> int:
+    """The width ``table`` takes when nothing limits it."""
+    return Measurement.get(console, console.options.update(max_width=100_000), table).maximum
+
+
+def ls_table(rows: Sequence[dict[str, Any]], console: Console, *, wide: bool) -> tuple[Table, LsLayout]:
+    """The widest layout that fits the console without cutting an id."""
+    layout = LsLayout(False, False, COLUMN_ORDER, ())
+    table = _build(rows, layout, narrow_box=False)
+    if wide or not console.is_terminal or natural_width(console, table) <= console.width:
+        return table, layout
+    columns = list(COLUMN_ORDER)
+    dropped: list[str] = []
+    candidates = [LsLayout(True, False, tuple(columns), ())]
+    for name in OPTIONAL_COLUMNS:
+        columns.remove(name)
+        dropped.append(name)
+        candidates.append(LsLayout(True, False, tuple(columns), tuple(dropped)))
+    candidates.append(LsLayout(True, True, (), tuple(dropped)))
+    for layout in candidates:
+        table = _build(rows, layout, narrow_box=True)
+        if natural_width(console, table) <= console.width:
+            return table, layout
+    return table, layout  # narrower than an id: the terminal wraps it, rich never cuts it
+
+
+def summary_view(active: list[dict[str, Any]], failures: list[dict[str, Any]], caption: str) -> Group:
+    """The ``top`` screen: active tasks per queue and tool, then the latest failures."""
+    table = Table(
+        "queue", "tool", "running", "queued", "waiting for input", "stopping", "longest", title="active tasks"
+    )
+    for row in active:
+        table.add_row(
+            row["queue"], row["tool"], str(row["running"]), str(row["queued"]),
+            str(row["waiting_for_input"]), str(row["stopping"]), fmt(row["longest"]),
+        )  # fmt: skip
+    failed = Table("job", "tool", "when", "kind", "error", title="recent failures")
+    for row in failures:
+        failed.add_row(
+            Text(row["job_id"], no_wrap=True),
+            row["tool"],
+            fmt(row["created_at"]),
+            row.get("error_kind") or "",
+            (row["last_error"] or "")[:70],
+        )
+    return Group(table, failed, Text(caption, style="dim"))
+
+
+SHOW_FIELDS = (
+    "task_id", "job_id", "display_status", "tool_name", "owner", "queue", "status_message",
+    "created_at", "started_at", "finished_at", "wait_before_start", "runtime", "attempts",
+    "max_attempts", "worker", "lease_until", "expires_at", "arguments", "preflight", "result", "error",
+    "error_kind", "error_message", "stop_reason",
+)  # fmt: skip
+
+
+def show_table(row: dict[str, Any]) -> Table:
+    table = Table("field", "value", show_header=False)
+    for name in SHOW_FIELDS:
+        value = row.get(name)
+        shown = json.dumps(value) if isinstance(value, dict | list) else fmt(value)
+        if name == "display_status":
+            status = status_cell({"status": value, "error_kind": row.get("error_kind")})
+            table.add_row(name, status)
+            continue
+        table.add_row(name, shown)
+    return table

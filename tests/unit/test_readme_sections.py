@@ -1,0 +1,67 @@
+"""The README's tools table and tool-module recipe stay true to the code."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support import ROOT
+
+# Prints the markdown table of the tools some modules register (run in a fresh interpreter:
+# the registry is process-wide).
+TABLE = """
+import sys
+from mcp_celery_tasks.registry import all_tools, load_tool_modules
+load_tool_modules(sys.argv[1:])
+print("| Tool | Mode | Queue | Arguments (`[optional]`) | What it does |")
+print("|---|---|---|---|---|")
+for spec in all_tools():
+    required = set(spec.input_schema.get("required") or [])
+    names = spec.input_schema.get("properties") or {}
+    args = ", ".join(f"`{n}`" if n in required else f"`[{n}]`" for n in names)
+    summary = (spec.description or "").splitlines()[0]
+    print(f"| `{spec.name}` | {spec.mode} | `{spec.queue or 'mcp.default'}` | {args} | {summary} |")
+"""
+
+
+def _section(marker: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    return readme.split(f"<!-- {marker} -->\n", 1)[1].split(f"\n<!-- /{marker} -->", 1)[0]
+
+
+def test_readme_tools_table_matches_what_dev_serves() -> None:
+    from mcp_celery_tasks.devstack import EXAMPLES
+
+    ran = subprocess.run(
+        [sys.executable, "-c", TABLE, *EXAMPLES], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert _section("tools-table").strip() == ran.stdout.strip()
+
+
+def _python_block(first_line: str) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    (block,) = [b for b in blocks if b.startswith(first_line)]
+    return str(block)
+
+
+def test_readme_tool_module_recipe_registers_its_tool(tmp_path: Path) -> None:
+    package = tmp_path / "myproject"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "tools.py").write_text(_python_block("# myproject/tools.py"))
+    probe = (
+        "import json; from mcp_celery_tasks.registry import all_tools, load_tool_modules; "
+        "load_tool_modules(['myproject.tools']); "
+        "print(json.dumps({s.name: s.input_schema for s in all_tools()}))"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path, env={"PYTHONPATH": f"{tmp_path}:{ROOT}"}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    schema = json.loads(ran.stdout)["countdown"]
+    assert schema["properties"]["seconds"]["type"] == "integer" and "required" not in schema
