@@ -8,18 +8,38 @@ capability checks and input keys; the runtime never refers back to it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
-from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult
+from mcp_types import (
+    CreateMessageResult,
+    CreateMessageResultWithTools,
+    ElicitResult,
+    ListRootsResult,
+    LoggingLevel,
+)
 
 from mcp_celery_tasks import inputs
 from mcp_celery_tasks.errors import InputNotSupported, TaskCancelled
 
-__all__ = ["Ask", "TaskContext", "TaskRuntime", "current_context", "get_current_context"]
+__all__ = ["LOG_LEVELS", "Ask", "TaskContext", "TaskRuntime", "current_context", "get_current_context"]
+
+LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
+"""MCP's log levels (syslog severities, RFC 5424), least severe first."""
+_PYTHON_LEVEL = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO + 5,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "alert": logging.CRITICAL + 5,
+    "emergency": logging.CRITICAL + 9,
+}
 
 Ask = tuple[str, dict[str, Any] | None]
 """One input request: ``(method, params)``, e.g. ``("roots/list", None)``."""
@@ -28,8 +48,12 @@ Ask = tuple[str, dict[str, Any] | None]
 class TaskRuntime(Protocol):
     """What a context needs from the worker that runs it (``runtime.Runtime``)."""
 
-    def report(self, message: str) -> None:
-        """Set the status message (coalesced; the latest always lands)."""
+    def report(self, message: str, progress: float | None = None, total: float | None = None) -> None:
+        """Set the status message and numeric progress (coalesced; the latest always lands)."""
+        ...
+
+    def log(self, level: str, logger: str | None, data: Any) -> None:
+        """Record a log message for the task's synchronous caller."""
         ...
 
     def flush(self) -> None:
@@ -80,6 +104,7 @@ class TaskContext:
         input_timeout_s: float = 1500.0,
         max_outstanding_inputs: int = 16,
         sleep_slice_s: float = 0.2,
+        log_level: str | None = None,
     ) -> None:
         self.task_id = task_id
         self.job_id = job_id
@@ -94,16 +119,49 @@ class TaskContext:
         self._max_outstanding = max_outstanding_inputs
         self._ordinal = 0
         self._asked: dict[str, str] = {}
+        # The lowest level the synchronous caller asked to receive (None: it asked for none).
+        self._log_from = LOG_LEVELS.index(log_level) if log_level in LOG_LEVELS else None
+        self._logger = logging.getLogger(f"mcp_celery_tasks.tool.{tool_name}")
+
+    @property
+    def client_capabilities(self) -> dict[str, Any]:
+        """What the calling client declared (``elicitation``, ``sampling``, ``roots`` …): a tool
+        asks only for input kinds found here (SEP-2322)."""
+        return dict(self._capabilities)
 
     # ---- progress ----------------------------------------------------------------------
 
-    def report(self, message: str) -> None:
-        """Set the task's ``statusMessage``.
+    def report(self, message: str, progress: float | None = None, total: float | None = None) -> None:
+        """Set the task's ``statusMessage``; ``progress`` (and ``total``, if known) also reach a
+        synchronous caller that sent a ``progressToken``, as ``notifications/progress``.
 
         Writes are coalesced to one per ``report_interval``; the latest message always lands
         (the worker flushes it in the background and before the outcome is recorded).
+        Progress should only increase: a lower value than one already sent is not forwarded.
         """
-        self._runtime.report(message)
+        if progress is None and total is None:
+            self._runtime.report(message)
+        else:
+            self._runtime.report(message, progress, total)
+
+    def log(self, level: str, message: str, data: Any = None) -> None:
+        """Log a message: always to the worker log, and to a synchronous caller that asked for
+        this level or a lower one, as ``notifications/message`` (never to a task's client: the
+        tasks extension carries no logs).
+
+        Args:
+            level: one of MCP's levels: debug, info, notice, warning, error, critical, alert,
+                emergency.
+            message: the text.
+            data: any JSON value sent along (the notification's ``data`` is then
+                ``{"message": message, "data": data}``; without it, the message alone).
+        """
+        if level not in LOG_LEVELS:
+            raise ValueError(f"unknown log level {level!r}: use one of {', '.join(LOG_LEVELS)}")
+        self._logger.log(_PYTHON_LEVEL[level], message, extra={"job_id": self.job_id, "tool": self.tool_name})
+        if self._log_from is not None and LOG_LEVELS.index(level) >= self._log_from:
+            payload = message if data is None else {"message": message, "data": data}
+            self._runtime.log(level, self.tool_name, payload)
 
     def flush(self) -> None:
         """Write a pending status message now (called by the worker; harmless for tools)."""
@@ -187,7 +245,8 @@ class TaskContext:
             if self._strict and capability not in self._capabilities:
                 raise InputNotSupported(
                     f"The client did not declare the {capability!r} capability on this call, "
-                    f"so the tool cannot ask for {method}"
+                    f"so the tool cannot ask for {method}",
+                    capability,
                 )
             digest = inputs.params_hash(method, params)
             self._ordinal += 1

@@ -28,6 +28,7 @@ from mcp_celery_tasks.context import TaskContext, bind
 from mcp_celery_tasks.errors import (
     TASKS_EXTENSION,
     InfrastructureError,
+    InputNotSupported,
     InputTimedOut,
     McpError,
     SoftTimeLimitExceeded,
@@ -255,7 +256,13 @@ class JobRunner:
             return CANCELLED
         except ToolError as exc:
             said = str(exc) or type(exc).__name__
-            return Outcome("completed", result=error_result(said), kind=_tool_error_kind(exc), detail=said)
+            return Outcome(
+                "completed",
+                result=error_result(said),
+                error=_missing_capability(exc),
+                kind=_tool_error_kind(exc),
+                detail=said,
+            )
         except McpError as exc:
             return Outcome(
                 "failed", error=exc.to_error(), message=exc.message, kind="mcp_error", detail=exc.message
@@ -295,6 +302,7 @@ class JobRunner:
             input_timeout_s=waits,
             max_outstanding_inputs=self._settings.max_outstanding_inputs,
             sleep_slice_s=self._settings.cancel_check_interval_seconds,
+            log_level=job.log_level,
         )
 
     def _bounded(self, result: dict[str, Any]) -> dict[str, Any]:
@@ -378,11 +386,22 @@ class _TooLarge(Exception):
     """The tool's result is over ``max_result_bytes``."""
 
 
+def _missing_capability(exc: ToolError) -> dict[str, Any] | None:
+    """Beside the isError result of a tool that asked for an undeclared input kind: the -32021
+    a synchronous caller gets instead (a task's client sees the isError result)."""
+    if not isinstance(exc, InputNotSupported) or exc.capability is None:
+        return None
+    data: dict[str, Any] = {"requiredCapabilities": {exc.capability: {}}}
+    return {"code": codes.MISSING_REQUIRED_CLIENT_CAPABILITY, "message": str(exc), "data": data}
+
+
 def _tool_error_kind(exc: ToolError) -> str:
     if isinstance(exc, SoftTimeLimitExceeded):
         return "soft_time_limit"
     if isinstance(exc, InputTimedOut):
         return "input_timeout"
+    if isinstance(exc, InputNotSupported):
+        return "input_not_supported"
     return "tool_error"
 
 
