@@ -26,6 +26,7 @@ from mcp_celery_tasks.errors import (
     InvalidParams,
     InvalidRequest,
     MethodNotFound,
+    MissingCapability,
     QuotaExceeded,
     UnsupportedVersion,
 )
@@ -145,7 +146,10 @@ async def settle(services: Services, reply: Reply) -> dict[str, Any]:
     try:
         result = await reply.deferred.wait()
     except Exception as exc:
-        reply.body = error_body(reply.request_id, as_protocol_error(exc))
+        error = as_protocol_error(exc)
+        if isinstance(error, MissingCapability):
+            reply.http_status = error.http_status  # -32021 is HTTP 400 where the status is still ours
+        reply.body = error_body(reply.request_id, error)
     else:
         reply.body = result_body(reply.request_id, dict(result), reply.server_info)
     _observe(reply, services.settings.metrics_enabled)
@@ -214,6 +218,7 @@ async def _legacy(
                 "io.modelcontextprotocol/protocolVersion": session["protocol_version"],
                 "io.modelcontextprotocol/clientCapabilities": session["client_capabilities"],
                 "io.modelcontextprotocol/clientInfo": session["client_info"],
+                "io.modelcontextprotocol/logLevel": session.get("log_level"),  # logging/setLevel
             }
         )
     if "id" not in body:
