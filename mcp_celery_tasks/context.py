@@ -8,6 +8,7 @@ capability checks and input keys; the runtime never refers back to it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from mcp_types import (
 )
 
 from mcp_celery_tasks import inputs
-from mcp_celery_tasks.errors import InputNotSupported, TaskCancelled
+from mcp_celery_tasks.errors import InputNotSupported, InvalidParams, TaskCancelled
 
 __all__ = ["LOG_LEVELS", "Ask", "TaskContext", "TaskRuntime", "current_context", "get_current_context"]
 
@@ -111,6 +112,9 @@ class TaskContext:
         self.tool_name = tool_name
         self.attempt = attempt
         self.preflight: dict[str, Any] = dict(preflight or {})
+        # Answers the request offered up front; used when the tool asks under that key.
+        given = self.preflight.pop(inputs.GIVEN_KEY, None)
+        self._given: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
         self._runtime = runtime
         self._sleep_slice = sleep_slice_s
         self._capabilities: dict[str, Any] = dict(client_capabilities or {})
@@ -261,8 +265,21 @@ class TaskContext:
         if len(prepared) > self._max_outstanding:
             raise ValueError(f"at most {self._max_outstanding} input requests may be outstanding at once")
         self.raise_if_cancelled()
-        answers = self._runtime.ask(prepared, self._input_timeout_s)
+        answers = self._offered(prepared)
+        missing = {key: ask for key, ask in prepared.items() if key not in answers}
+        if missing:
+            answers.update(self._runtime.ask(missing, self._input_timeout_s))
         return {key: answers[key] for key in order}
+
+    def _offered(self, prepared: dict[str, tuple[str, dict[str, Any] | None, str]]) -> dict[str, Any]:
+        """Answers the request offered before it was asked, where they fit the question (each
+        used once; one that does not fit is ignored and the question asked as usual)."""
+        found: dict[str, Any] = {}
+        for key, (method, params, _) in prepared.items():
+            if key in self._given:
+                with contextlib.suppress(InvalidParams):
+                    found[key] = inputs.validate_response(key, method, params, self._given.pop(key))
+        return found
 
 
 _current: ContextVar[TaskContext | None] = ContextVar("mcp_task_context", default=None)

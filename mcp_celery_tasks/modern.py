@@ -19,6 +19,7 @@ from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks import mrtr, tracing
 from mcp_celery_tasks.errors import InternalError, InvalidParams, MissingCapability, ProtocolError
+from mcp_celery_tasks.inputs import GIVEN_KEY, MAX_GIVEN
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED, INPUT_REQUIRED
 from mcp_celery_tasks.registry import InvalidArguments, ToolSpec, all_tools, get_tool
 from mcp_celery_tasks.relay import Relay
@@ -185,6 +186,12 @@ async def _call_tool(services: Services, ctx: RequestContext, params: CallToolPa
                 services, ctx, spec, arguments, {"k": "pre", "ans": collected}, missing
             )
         preflight = collected
+    if state is None and responses:
+        # SEP-2322: answers sent before anything was asked; the job uses those that fit the
+        # questions it asks under the same keys (unknown keys are ignored).
+        offered = {k: v for k, v in list(responses.items())[:MAX_GIVEN] if isinstance(v, dict)}
+        if offered:
+            preflight = {**(preflight or {}), GIVEN_KEY: offered}
     as_task = tasked and spec.mode != "forbidden"
     relay = Relay(progress_token(params.meta.model_extra if params.meta else None), False)
     if not as_task and ctx.accepts_sse:
