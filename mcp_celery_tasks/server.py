@@ -94,8 +94,9 @@ LARGE_BODY = 64 * 1024
 """Bodies above this size share the process's parse budget (``max_inflight_body_bytes``)."""
 BUDGET_WAIT_S = 10.0
 SSE_COMMIT_S = 2.0
-"""A synchronous call that settles within this (bounded by the keep-alive interval) is answered
-as plain JSON with its own HTTP status; only a longer one commits to an SSE stream and 200."""
+"""A synchronous call that settles within this is answered as plain JSON with its own HTTP
+status (-32021: 400); only a longer one commits to an SSE stream and 200. Shorter than any
+sensible keep-alive interval: no proxy cuts a request that has been silent for 2 s."""
 
 
 class _Busy(Exception):
@@ -154,6 +155,11 @@ async def _handle(services: Services, request: Request, principal: str, budget: 
             name=_header(request, "mcp-name"),
             session_id=_header(request, "mcp-session-id"),
             accepts_sse="text/event-stream" in request.headers.get("accept", ""),
+            params={
+                key[len("mcp-param-") :]: value.strip()
+                for key, value in request.headers.items()
+                if key.startswith("mcp-param-")  # starlette lower-cases header names
+            },
         )
         return await dispatch.dispatch(services, body, headers, principal)
 
@@ -237,9 +243,8 @@ def create_server(settings: Settings) -> FastAPI:
         if "text/event-stream" in request.headers.get("accept", ""):
             # A call that settles at once is answered as JSON, with its own status (-32021 is
             # HTTP 400); a longer one streams, and its status is committed as 200.
-            window = min(SSE_COMMIT_S, settings.sse_keepalive_seconds)
             try:
-                done, _ = await asyncio.wait({settled}, timeout=window)
+                done, _ = await asyncio.wait({settled}, timeout=SSE_COMMIT_S)
             except asyncio.CancelledError:
                 settled.cancel()
                 raise
