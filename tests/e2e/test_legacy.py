@@ -68,6 +68,12 @@ def test_python_sdk_1_30_client_calls_tools_sync_with_elicitation_and_as_sep_168
     assert steps["sync"]["text"] == "Hello, legacy!"
     assert steps["elicited"]["message"] == "Delete old.txt?"
     assert steps["sync-with-elicitation"]["text"] == "Deleted old.txt"
+    assert steps["sync-with-progress"]["steps"] == [[0, 100], [50, 100], [100, 100]]
+    assert steps["sync-with-logs"]["logs"] == [
+        "Tool execution started",
+        "Tool processing data",
+        "Tool execution completed",
+    ]
     assert steps["created"] == {"step": "created", "status": "working", "ttl": 60000, "poll": 200}
     assert steps["polled"]["statuses"][-1] == "completed"
     assert steps["result"]["text"] == "done after 0.5s"
