@@ -9,7 +9,9 @@ capability checks and input keys; the runtime never refers back to it.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +33,8 @@ __all__ = ["LOG_LEVELS", "Ask", "TaskContext", "TaskRuntime", "current_context",
 
 LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
 """MCP's log levels (syslog severities, RFC 5424), least severe first."""
+MAX_LOG_BYTES = 16 * 1024
+"""A log entry sent to a caller is at most this large (the worker log keeps the whole line)."""
 _PYTHON_LEVEL = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -143,6 +147,9 @@ class TaskContext:
         (the worker flushes it in the background and before the outcome is recorded).
         Progress should only increase: a lower value than one already sent is not forwarded.
         """
+        for number in (progress, total):
+            if number is not None and not math.isfinite(number):
+                raise ValueError("progress and total must be finite numbers")
         if progress is None and total is None:
             self._runtime.report(message)
         else:
@@ -164,7 +171,13 @@ class TaskContext:
             raise ValueError(f"unknown log level {level!r}: use one of {', '.join(LOG_LEVELS)}")
         self._logger.log(_PYTHON_LEVEL[level], message, extra={"job_id": self.job_id, "tool": self.tool_name})
         if self._log_from is not None and LOG_LEVELS.index(level) >= self._log_from:
-            payload = message if data is None else {"message": message, "data": data}
+            payload: Any = message if data is None else {"message": message, "data": data}
+            try:
+                size = len(json.dumps(payload, allow_nan=False))
+            except (TypeError, ValueError):
+                payload, size = message, len(message)  # data that is not JSON stays in the worker log
+            if size > MAX_LOG_BYTES:
+                payload = message[:MAX_LOG_BYTES] + " [cut: the log entry was too large]"
             self._runtime.log(level, self.tool_name, payload)
 
     def flush(self) -> None:

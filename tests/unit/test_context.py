@@ -144,3 +144,19 @@ def test_an_offered_answer_that_does_not_fit_is_ignored_and_the_question_asked()
     ctx._given = {"confirm": {"action": "accept", "content": {"confirm": "not a boolean"}}}
     assert ctx.elicit("Sure?", SCHEMA, key="confirm").action == "accept"
     assert list(row.inputs) == ["confirm"]
+
+
+def test_log_entries_for_the_caller_are_bounded_and_json() -> None:
+    store = MemoryStore()
+    ctx, row = context_for(store, log_level="debug")
+    ctx.log("info", "big", {"blob": "x" * 100_000})
+    ctx.log("info", "odd", {"value": object()})
+    (_, _, big), (_, _, odd) = row.logs
+    assert isinstance(big, str) and big.startswith("big") and len(big) < 17 * 1024
+    assert odd == "odd"
+
+
+def test_progress_must_be_a_finite_number() -> None:
+    ctx, _ = context_for(MemoryStore())
+    with pytest.raises(ValueError, match="finite"):
+        ctx.report("x", progress=float("nan"))
