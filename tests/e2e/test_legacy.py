@@ -257,7 +257,7 @@ def ts_sdk1() -> Path:
     return folder
 
 
-def test_typescript_sdk_1_32_client_streams_a_sep_1686_task_to_its_result(
+def test_typescript_sdk_1_32_client_streams_a_sep_1686_task_and_hears_progress_and_logs(
     stack: Stack, ts_sdk1: Path
 ) -> None:
     run = subprocess.run(
@@ -272,7 +272,14 @@ def test_typescript_sdk_1_32_client_streams_a_sep_1686_task_to_its_result(
     assert steps[0]["tasks"]["requests"] == {"tools": {"call": {}}}
     kinds = [s["step"] for s in steps]
     assert kinds[1] == "taskCreated" and "taskStatus" in kinds
-    assert steps[-1] == {"step": "result", "text": "done after 0.5s"}
+    assert {"step": "result", "text": "done after 0.5s"} in steps
+    by_step = {s["step"]: s for s in steps}
+    assert by_step["progress"]["steps"] == [[0, 100], [50, 100], [100, 100]]
+    assert by_step["logs"]["logs"] == [
+        "Tool execution started",
+        "Tool processing data",
+        "Tool execution completed",
+    ]
 
 
 def test_sessions_expire_are_capped_and_bound_what_a_client_declares(stack: Stack) -> None:
