@@ -8,18 +8,43 @@ capability checks and input keys; the runtime never refers back to it.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
-from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ElicitResult, ListRootsResult
+from mcp_types import (
+    CreateMessageResult,
+    CreateMessageResultWithTools,
+    ElicitResult,
+    ListRootsResult,
+    LoggingLevel,
+)
 
 from mcp_celery_tasks import inputs
-from mcp_celery_tasks.errors import InputNotSupported, TaskCancelled
+from mcp_celery_tasks.errors import InputNotSupported, InvalidParams, TaskCancelled
 
-__all__ = ["Ask", "TaskContext", "TaskRuntime", "current_context", "get_current_context"]
+__all__ = ["LOG_LEVELS", "Ask", "TaskContext", "TaskRuntime", "current_context", "get_current_context"]
+
+LOG_LEVELS: tuple[str, ...] = get_args(LoggingLevel)
+"""MCP's log levels (syslog severities, RFC 5424), least severe first."""
+MAX_LOG_BYTES = 16 * 1024
+"""A log entry sent to a caller is at most this large (the worker log keeps the whole line)."""
+_PYTHON_LEVEL = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO + 5,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "alert": logging.CRITICAL + 5,
+    "emergency": logging.CRITICAL + 9,
+}
 
 Ask = tuple[str, dict[str, Any] | None]
 """One input request: ``(method, params)``, e.g. ``("roots/list", None)``."""
@@ -28,8 +53,12 @@ Ask = tuple[str, dict[str, Any] | None]
 class TaskRuntime(Protocol):
     """What a context needs from the worker that runs it (``runtime.Runtime``)."""
 
-    def report(self, message: str) -> None:
-        """Set the status message (coalesced; the latest always lands)."""
+    def report(self, message: str, progress: float | None = None, total: float | None = None) -> None:
+        """Set the status message and numeric progress (coalesced; the latest always lands)."""
+        ...
+
+    def log(self, level: str, logger: str | None, data: Any) -> None:
+        """Record a log message for the task's synchronous caller."""
         ...
 
     def flush(self) -> None:
@@ -80,12 +109,16 @@ class TaskContext:
         input_timeout_s: float = 1500.0,
         max_outstanding_inputs: int = 16,
         sleep_slice_s: float = 0.2,
+        log_level: str | None = None,
     ) -> None:
         self.task_id = task_id
         self.job_id = job_id
         self.tool_name = tool_name
         self.attempt = attempt
         self.preflight: dict[str, Any] = dict(preflight or {})
+        # Answers the request offered up front; used when the tool asks under that key.
+        given = self.preflight.pop(inputs.GIVEN_KEY, None)
+        self._given: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
         self._runtime = runtime
         self._sleep_slice = sleep_slice_s
         self._capabilities: dict[str, Any] = dict(client_capabilities or {})
@@ -94,16 +127,58 @@ class TaskContext:
         self._max_outstanding = max_outstanding_inputs
         self._ordinal = 0
         self._asked: dict[str, str] = {}
+        # The lowest level the synchronous caller asked to receive (None: it asked for none).
+        self._log_from = LOG_LEVELS.index(log_level) if log_level in LOG_LEVELS else None
+        self._logger = logging.getLogger(f"mcp_celery_tasks.tool.{tool_name}")
+
+    @property
+    def client_capabilities(self) -> dict[str, Any]:
+        """What the calling client declared (``elicitation``, ``sampling``, ``roots`` …): a tool
+        asks only for input kinds found here (SEP-2322)."""
+        return dict(self._capabilities)
 
     # ---- progress ----------------------------------------------------------------------
 
-    def report(self, message: str) -> None:
-        """Set the task's ``statusMessage``.
+    def report(self, message: str, progress: float | None = None, total: float | None = None) -> None:
+        """Set the task's ``statusMessage``; ``progress`` (and ``total``, if known) also reach a
+        synchronous caller that sent a ``progressToken``, as ``notifications/progress``.
 
         Writes are coalesced to one per ``report_interval``; the latest message always lands
         (the worker flushes it in the background and before the outcome is recorded).
+        Progress should only increase: a lower value than one already sent is not forwarded.
         """
-        self._runtime.report(message)
+        for number in (progress, total):
+            if number is not None and not math.isfinite(number):
+                raise ValueError("progress and total must be finite numbers")
+        if progress is None and total is None:
+            self._runtime.report(message)
+        else:
+            self._runtime.report(message, progress, total)
+
+    def log(self, level: str, message: str, data: Any = None) -> None:
+        """Log a message: always to the worker log, and to a synchronous caller that asked for
+        this level or a lower one, as ``notifications/message`` (never to a task's client: the
+        tasks extension carries no logs).
+
+        Args:
+            level: one of MCP's levels: debug, info, notice, warning, error, critical, alert,
+                emergency.
+            message: the text.
+            data: any JSON value sent along (the notification's ``data`` is then
+                ``{"message": message, "data": data}``; without it, the message alone).
+        """
+        if level not in LOG_LEVELS:
+            raise ValueError(f"unknown log level {level!r}: use one of {', '.join(LOG_LEVELS)}")
+        self._logger.log(_PYTHON_LEVEL[level], message, extra={"job_id": self.job_id, "tool": self.tool_name})
+        if self._log_from is not None and LOG_LEVELS.index(level) >= self._log_from:
+            payload: Any = message if data is None else {"message": message, "data": data}
+            try:
+                size = len(json.dumps(payload, allow_nan=False))
+            except (TypeError, ValueError):
+                payload, size = message, len(message)  # data that is not JSON stays in the worker log
+            if size > MAX_LOG_BYTES:
+                payload = message[:MAX_LOG_BYTES] + " [cut: the log entry was too large]"
+            self._runtime.log(level, self.tool_name, payload)
 
     def flush(self) -> None:
         """Write a pending status message now (called by the worker; harmless for tools)."""
@@ -187,7 +262,8 @@ class TaskContext:
             if self._strict and capability not in self._capabilities:
                 raise InputNotSupported(
                     f"The client did not declare the {capability!r} capability on this call, "
-                    f"so the tool cannot ask for {method}"
+                    f"so the tool cannot ask for {method}",
+                    capability,
                 )
             digest = inputs.params_hash(method, params)
             self._ordinal += 1
@@ -202,8 +278,21 @@ class TaskContext:
         if len(prepared) > self._max_outstanding:
             raise ValueError(f"at most {self._max_outstanding} input requests may be outstanding at once")
         self.raise_if_cancelled()
-        answers = self._runtime.ask(prepared, self._input_timeout_s)
+        answers = self._offered(prepared)
+        missing = {key: ask for key, ask in prepared.items() if key not in answers}
+        if missing:
+            answers.update(self._runtime.ask(missing, self._input_timeout_s))
         return {key: answers[key] for key in order}
+
+    def _offered(self, prepared: dict[str, tuple[str, dict[str, Any] | None, str]]) -> dict[str, Any]:
+        """Answers the request offered before it was asked, where they fit the question (each
+        used once; one that does not fit is ignored and the question asked as usual)."""
+        found: dict[str, Any] = {}
+        for key, (method, params, _) in prepared.items():
+            if key in self._given:
+                with contextlib.suppress(InvalidParams):
+                    found[key] = inputs.validate_response(key, method, params, self._given.pop(key))
+        return found
 
 
 _current: ContextVar[TaskContext | None] = ContextVar("mcp_task_context", default=None)

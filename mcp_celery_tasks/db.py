@@ -33,6 +33,7 @@ __all__ = [
     "principal_limits",
     "sessions",
     "task_inputs",
+    "task_logs",
     "tasks",
 ]
 
@@ -87,6 +88,10 @@ tasks = Table(
     Column("error_kind", Text, nullable=True),
     Column("error_message", Text, nullable=True),
     Column("stop_reason", Text, nullable=True),
+    Column("progress", Float, nullable=True),
+    Column("progress_total", Float, nullable=True),
+    Column("log_level", Text, nullable=True),
+    Column("log_seq", Integer, nullable=False, server_default=text("0")),
     CheckConstraint(STATUS_CHECK, name="status"),
     Index("ix_mcp_tasks_expires_at", "expires_at"),
     Index("ix_mcp_tasks_owner_created_at", "owner", "created_at"),
@@ -128,6 +133,17 @@ task_inputs = Table(
     ),
 )
 
+task_logs = Table(
+    "mcp_task_logs",
+    metadata,
+    Column("task_id", Text, ForeignKey("mcp_tasks.task_id", ondelete="CASCADE"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("level", Text, nullable=False),
+    Column("logger", Text, nullable=True),
+    Column("data", JSONB, nullable=False),
+    PrimaryKeyConstraint("task_id", "seq"),
+)
+
 maintenance = Table(
     "mcp_maintenance",
     metadata,
@@ -159,6 +175,7 @@ sessions = Table(
     Column("client_info", JSONB, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("last_used_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("log_level", Text, nullable=True),
     Index("ix_mcp_sessions_owner", "owner"),
     Index("ix_mcp_sessions_last_used_at", "last_used_at"),
 )

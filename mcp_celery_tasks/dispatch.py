@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -26,9 +28,11 @@ from mcp_celery_tasks.errors import (
     InvalidParams,
     InvalidRequest,
     MethodNotFound,
+    MissingCapability,
     QuotaExceeded,
     UnsupportedVersion,
 )
+from mcp_celery_tasks.registry import get_tool
 from mcp_celery_tasks.rpc import (
     Deferred,
     Method,
@@ -58,6 +62,8 @@ class Headers:
     name: str | None
     session_id: str | None = None
     accepts_sse: bool = True
+    params: Mapping[str, str] = field(default_factory=dict)
+    """``Mcp-Param-<Name>`` headers by lower-cased name (SEP-2243 custom headers)."""
 
 
 @dataclass
@@ -145,7 +151,10 @@ async def settle(services: Services, reply: Reply) -> dict[str, Any]:
     try:
         result = await reply.deferred.wait()
     except Exception as exc:
-        reply.body = error_body(reply.request_id, as_protocol_error(exc))
+        error = as_protocol_error(exc)
+        if isinstance(error, MissingCapability):
+            reply.http_status = error.http_status  # -32021 is HTTP 400 where the status is still ours
+        reply.body = error_body(reply.request_id, error)
     else:
         reply.body = result_body(reply.request_id, dict(result), reply.server_info)
     _observe(reply, services.settings.metrics_enabled)
@@ -189,6 +198,8 @@ async def _dispatch(services: Services, body: Any, headers: Headers, principal: 
     if method is None:
         raise MethodNotFound(f"Method not found: {name}")
     _check_name_header(method, params, headers)
+    if name == "tools/call":
+        _check_param_headers(params, headers)
     meta = _meta(params, headers)
     ctx = RequestContext(principal, meta, request_id=request_id, accepts_sse=headers.accepts_sse)
     return await _call(services, method, ctx, params, server_info=services.server_info)
@@ -214,6 +225,7 @@ async def _legacy(
                 "io.modelcontextprotocol/protocolVersion": session["protocol_version"],
                 "io.modelcontextprotocol/clientCapabilities": session["client_capabilities"],
                 "io.modelcontextprotocol/clientInfo": session["client_info"],
+                "io.modelcontextprotocol/logLevel": session.get("log_level"),  # logging/setLevel
             }
         )
     if "id" not in body:
@@ -276,6 +288,27 @@ def _check_name_header(method: Method[Any], params: dict[str, Any], headers: Hea
         return
     if decode_header_value(headers.name) != params.get(field):
         raise HeaderMismatch(f"Mcp-Name header does not match params.{field}")
+
+
+def _check_param_headers(params: dict[str, Any], headers: Headers) -> None:
+    """SEP-2243: an argument whose schema names an ``x-mcp-header`` travels in the body and in
+    ``Mcp-Param-<Name>`` (so intermediaries can route on it); the two MUST agree, and a header
+    missing while the body has the argument is refused too (-32020, HTTP 400)."""
+    spec = get_tool(params["name"]) if isinstance(params.get("name"), str) else None
+    arguments = params.get("arguments")
+    if spec is None or not isinstance(arguments, dict):
+        return
+    for argument, schema in spec.input_schema.get("properties", {}).items():
+        header = schema.get("x-mcp-header") if isinstance(schema, dict) else None
+        if not isinstance(header, str) or argument not in arguments:
+            continue
+        sent = headers.params.get(header.lower())
+        if sent is None:
+            raise HeaderMismatch(f"Missing Mcp-Param-{header} header (arguments.{argument} is set)")
+        value = arguments[argument]
+        expected = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        if decode_header_value(sent) != expected:
+            raise HeaderMismatch(f"Mcp-Param-{header} header does not match arguments.{argument}")
 
 
 def _meta(params: dict[str, Any], headers: Headers) -> RequestMeta:

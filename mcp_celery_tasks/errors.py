@@ -196,7 +196,15 @@ class SoftTimeLimitExceeded(ToolError):
 
 
 class InputNotSupported(ToolError):
-    """The originating tools/call did not declare the capability this input request needs."""
+    """The originating tools/call did not declare the capability this input request needs.
+
+    A task ends ``completed`` with ``isError``; a synchronous call answers -32021 naming
+    ``capability`` in ``requiredCapabilities`` (SEP-2322: never ask for an undeclared kind).
+    """
+
+    def __init__(self, message: str, capability: str | None = None) -> None:
+        super().__init__(message)
+        self.capability = capability
 
 
 class McpError(McpTasksError):

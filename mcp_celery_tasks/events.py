@@ -5,8 +5,9 @@ only), fanned out in-process. A notification is a hint: the waiter re-reads its 
 costs nothing per waiter: a waiter reads its row when woken, never on a timer. What a lost
 notification could hide, the hub finds itself, for every waiter at once: after a reconnect it
 wakes everyone, and every ``safety_s`` it re-reads all watched tasks in one batched query and
-wakes those that changed. Tasks that also want statusMessage changes (which send no NOTIFY:
-push subscriptions) are re-read the same way every ``poll_s``.
+wakes those that changed. Tasks that also want statusMessage, progress or log changes (which
+send no NOTIFY: push subscriptions, synchronous calls that relay progress or logs) are re-read
+the same way every ``poll_s``.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ class TaskEvents:
             found = set()
             for record in records:
                 found.add(record.task_id)
-                state = (record.status, record.status_message, record.last_updated_at)
+                state = (record.status, record.status_message, record.last_updated_at, record.log_seq)
                 if self._last_seen.get(record.task_id) != state:
                     self._last_seen[record.task_id] = state
                     self._wake(record.task_id)

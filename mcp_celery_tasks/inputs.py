@@ -61,6 +61,12 @@ def params_hash(method: str, params: dict[str, Any] | None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+GIVEN_KEY: Final = "io.github.mcp-celery-tasks/inputResponses"
+"""Where a task's ``preflight`` carries answers its first request offered before any question
+was asked (SEP-2322: ``inputResponses`` without ``requestState``); the context takes them out."""
+MAX_GIVEN: Final = 16
+
+
 def validate_response(key: str, method: str, params: dict[str, Any] | None, response: Any) -> dict[str, Any]:
     """Check an answer against the request it answers; raise ``InvalidParams`` if it does not fit."""
     if not isinstance(response, dict):

@@ -13,6 +13,7 @@ rules. SEP-2663 never applies on such a session.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import secrets
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from mcp_celery_tasks import modern
 from mcp_celery_tasks.errors import InvalidParams, MethodNotFound, ProtocolError, QuotaExceeded
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED
 from mcp_celery_tasks.registry import InvalidArguments, all_tools
+from mcp_celery_tasks.relay import Relay
 from mcp_celery_tasks.rpc import Deferred, Result, Stream, WithHeaders, error_body
 from mcp_celery_tasks.service import UNKNOWN_TASK, RequestContext, Services, TaskView
 from mcp_celery_tasks.store import TaskRecord
@@ -35,7 +37,9 @@ from mcp_celery_tasks.wire import (
     LegacyListParams,
     LegacyParams,
     LegacyTaskParams,
+    SetLevelParams,
     iso,
+    progress_token,
 )
 
 __all__ = [
@@ -49,6 +53,7 @@ __all__ = [
     "list_tasks",
     "list_tools",
     "ping",
+    "set_level",
     "task_result",
 ]
 
@@ -149,6 +154,8 @@ async def initialize(services: Services, ctx: RequestContext, params: LegacyPara
         "protocolVersion": version,
         "capabilities": {
             "tools": {"listChanged": False},
+            # Jobs' ctx.log reaches synchronous calls at the session's logging/setLevel.
+            "logging": {},
             # SEP-1686's capability, only in this era (SEP-2663 forbids it on 2026-07-28).
             "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}},
         },
@@ -159,6 +166,15 @@ async def initialize(services: Services, ctx: RequestContext, params: LegacyPara
 
 
 async def ping(services: Services, ctx: RequestContext, params: LegacyParams) -> Result:
+    return {}
+
+
+async def set_level(services: Services, ctx: RequestContext, params: SetLevelParams) -> Result:
+    """``logging/setLevel``: the session's later synchronous calls get the jobs' log messages
+    at this level and above (never its tasks)."""
+    assert ctx.session_id is not None
+    if not await services.store.set_session_log_level(ctx.session_id, ctx.principal, params.level):
+        raise InvalidParams("Session not found")
     return {}
 
 
@@ -199,15 +215,30 @@ async def call_tool(services: Services, ctx: RequestContext, params: LegacyCallT
     requested_ttl = (params.task or {}).get("ttl") if as_task else None
     if isinstance(requested_ttl, int) and not isinstance(requested_ttl, bool) and requested_ttl > 0:
         retention_ms = min(requested_ttl, services.settings.max_retention_ms)  # the client's ask (SEP-1686)
-    record = await services.tasks.create(ctx, spec, arguments, as_task=as_task, retention_ms=retention_ms)
+    relay = Relay(None, False)
+    if not as_task and ctx.accepts_sse:
+        # A synchronous call's stream carries the job's progress (when the request has a
+        # progressToken) and logs (at the session's logging/setLevel); a task's never does.
+        level = ctx.meta.log_level if ctx.meta is not None else None
+        relay = Relay(progress_token(params.meta), level is not None)
+    record = await services.tasks.create(
+        ctx,
+        spec,
+        arguments,
+        as_task=as_task,
+        retention_ms=retention_ms,
+        log_level=ctx.meta.log_level if relay.logs and ctx.meta is not None else None,
+    )
     if as_task:
         return {"task": task(record)}
-    return _answer_when_done(services, ctx, record.task_id, related=False)
+    return _answer_when_done(services, ctx, record.task_id, related=False, relay=relay)
 
 
-def _answer_when_done(services: Services, ctx: RequestContext, task_id: str, *, related: bool) -> Result:
+def _answer_when_done(
+    services: Services, ctx: RequestContext, task_id: str, *, related: bool, relay: Relay | None = None
+) -> Result:
     if ctx.accepts_sse:
-        return Stream(_follow(services, ctx, task_id, related=related))
+        return Stream(_follow(services, ctx, task_id, related=related, relay=relay or Relay(None, False)))
     return Deferred(lambda: _final(services, ctx, task_id, related=related))
 
 
@@ -227,20 +258,30 @@ async def _final(services: Services, ctx: RequestContext, task_id: str, *, relat
 
 
 async def _follow(
-    services: Services, ctx: RequestContext, task_id: str, *, related: bool
+    services: Services, ctx: RequestContext, task_id: str, *, related: bool, relay: Relay
 ) -> AsyncIterator[dict[str, Any]]:
-    """Relay the job's input requests as server requests, then answer with its outcome."""
+    """Relay the job's input requests as server requests (and its progress and logs, when
+    asked), then answer with its outcome."""
     tasks = services.tasks
     sent: set[str] = set()
     finished = False
+    deadline = tasks.sync_deadline()
+    news = relay.news if relay.wanted else None
     try:
         while True:
-            view = await tasks.wait_for_outcome(task_id, ctx.principal, relay_inputs=True, known=sent)
+            view = await tasks.wait_for_outcome(
+                task_id, ctx.principal, relay_inputs=True, known=sent, news=news, deadline=deadline
+            )
+            if view is not None and news is not None:
+                for message in await relay.notifications(services, view.record):
+                    yield message
             if view is None or not view.record.active:
                 finished = True
                 yield _outcome(ctx.request_id, view.record if view else None, related)
                 return
-            if not view.inputs or all(item.key in sent for item in view.inputs):
+            if all(item.key in sent for item in view.inputs):
+                if asyncio.get_running_loop().time() < deadline:
+                    continue  # only progress or logs were new
                 yield error_body(ctx.request_id, ProtocolError("The tool did not finish in time"))
                 return
             for request in _server_requests(view, sent, related):

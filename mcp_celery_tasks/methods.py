@@ -24,6 +24,7 @@ from mcp_celery_tasks.wire import (
     ListenParams,
     MetaParams,
     PagedParams,
+    SetLevelParams,
     TaskIdParams,
     TaskUpdateParams,
 )
@@ -51,6 +52,7 @@ METHODS: Final[tuple[Method[Any], ...]] = (
     Method("subscriptions/listen", MODERN, ListenParams, push.listen),
     Method("initialize", LEGACY, LegacyParams, legacy.initialize),
     Method("ping", LEGACY, LegacyParams, legacy.ping, needs_session=True),
+    Method("logging/setLevel", LEGACY, SetLevelParams, legacy.set_level, needs_session=True),
     Method("tools/list", LEGACY, LegacyListParams, legacy.list_tools, needs_session=True),
     Method("tools/call", LEGACY, LegacyCallToolParams, legacy.call_tool, needs_session=True),
     Method("tasks/get", LEGACY, LegacyTaskParams, legacy.get_task, needs_session=True),

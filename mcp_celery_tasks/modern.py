@@ -9,6 +9,8 @@ path, and ``ask_first`` questions before a task exists, travel as MRTR rounds (`
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pydantic_core
@@ -17,10 +19,12 @@ from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks import mrtr, tracing
 from mcp_celery_tasks.errors import InternalError, InvalidParams, MissingCapability, ProtocolError
+from mcp_celery_tasks.inputs import GIVEN_KEY, MAX_GIVEN
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED, INPUT_REQUIRED
 from mcp_celery_tasks.registry import InvalidArguments, ToolSpec, all_tools, get_tool
+from mcp_celery_tasks.relay import Relay
 from mcp_celery_tasks.results import error_result
-from mcp_celery_tasks.rpc import Deferred, Result
+from mcp_celery_tasks.rpc import Deferred, Result, Stream, as_protocol_error, error_body, result_body
 from mcp_celery_tasks.service import UNKNOWN_TASK, RequestContext, Services, TaskView
 from mcp_celery_tasks.store import TaskRecord
 from mcp_celery_tasks.wire import (
@@ -37,6 +41,7 @@ from mcp_celery_tasks.wire import (
     TaskUpdateParams,
     dump,
     iso,
+    progress_token,
 )
 
 __all__ = [
@@ -106,7 +111,7 @@ async def discover(services: Services, ctx: RequestContext, params: MetaParams) 
     return DiscoverResult.model_validate(
         {
             "supportedVersions": list(ALL_VERSIONS),
-            "capabilities": {"tools": {}, "extensions": {TASKS_EXTENSION: {}}},
+            "capabilities": {"tools": {}, "logging": {}, "extensions": {TASKS_EXTENSION: {}}},
             "instructions": (
                 "Long-running tools run as tasks: declare the io.modelcontextprotocol/tasks extension "
                 "and poll tasks/get. Tools that require it answer -32021 otherwise."
@@ -181,11 +186,65 @@ async def _call_tool(services: Services, ctx: RequestContext, params: CallToolPa
                 services, ctx, spec, arguments, {"k": "pre", "ans": collected}, missing
             )
         preflight = collected
+    if state is None and responses:
+        # SEP-2322: answers sent before anything was asked; the job uses those that fit the
+        # questions it asks under the same keys (unknown keys are ignored).
+        offered = {k: v for k, v in list(responses.items())[:MAX_GIVEN] if isinstance(v, dict)}
+        if offered:
+            preflight = {**(preflight or {}), GIVEN_KEY: offered}
     as_task = tasked and spec.mode != "forbidden"
-    record = await services.tasks.create(ctx, spec, arguments, as_task=as_task, preflight=preflight)
+    relay = Relay(progress_token(params.meta.model_extra if params.meta else None), False)
+    if not as_task and ctx.accepts_sse:
+        # Logs only when this request asked for them (absent: MUST NOT send, 2026-07-28).
+        relay.logs = ctx.meta is not None and ctx.meta.log_level is not None
+    else:
+        relay = Relay(None, False)  # a task: statusMessage only (S-53); JSON: nowhere to send
+    log_level = ctx.meta.log_level if relay.logs and ctx.meta is not None else None
+    record = await services.tasks.create(
+        ctx, spec, arguments, as_task=as_task, preflight=preflight, log_level=log_level
+    )
     if as_task:
         return created(record)
+    if relay.wanted:
+        return Stream(_relayed(services, ctx, spec, arguments, record.task_id, relay))
     return Deferred(lambda: _await_sync(services, ctx, spec, arguments, record.task_id))
+
+
+async def _relayed(
+    services: Services,
+    ctx: RequestContext,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    task_id: str,
+    relay: Relay,
+) -> AsyncIterator[dict[str, Any]]:
+    """A synchronous call on an SSE stream: the job's progress and logs, then its outcome."""
+    tasks = services.tasks
+    deadline = tasks.sync_deadline()
+    settled = False
+    try:
+        while True:
+            view = await tasks.wait_for_outcome(
+                task_id, ctx.principal, relay_inputs=True, news=relay.news, deadline=deadline
+            )
+            if view is not None:
+                for message in await relay.notifications(services, view.record):
+                    yield message
+            if view is None or not view.record.active or view.inputs:
+                break
+            if asyncio.get_running_loop().time() >= deadline:
+                break
+        settled = True
+    finally:
+        if not settled:
+            # The caller closed its stream: its task must not run on for nobody.
+            await asyncio.shield(tasks.cancel(task_id, ctx.principal, "the caller went away"))
+    try:
+        result = await _outcome(services, ctx, spec, arguments, task_id, view)
+    except Exception as exc:
+        yield error_body(ctx.request_id, as_protocol_error(exc))
+    else:
+        yield result_body(ctx.request_id, result, services.server_info)
 
 
 async def _await_sync(
@@ -195,6 +254,20 @@ async def _await_sync(
     tasks = services.tasks
     async with tasks.cancelled_if_abandoned(task_id, ctx.principal):
         view = await tasks.wait_for_outcome(task_id, ctx.principal, relay_inputs=True)
+    return await _outcome(services, ctx, spec, arguments, task_id, view)
+
+
+async def _outcome(
+    services: Services,
+    ctx: RequestContext,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    task_id: str,
+    view: TaskView | None,
+) -> dict[str, Any]:
+    """A synchronous call's answer from where its task stands: its result, an MRTR round for
+    its input request, or an error."""
+    tasks = services.tasks
     if view is None:
         raise InternalError("the task disappeared before it finished")
     record = view.record
@@ -207,11 +280,22 @@ async def _await_sync(
             f"The tool did not finish within {services.settings.max_sync_wait_seconds:.0f} s; "
             "call it as a task (declare the io.modelcontextprotocol/tasks extension) instead"
         )
+    error = record.error or {}
+    if record.status == COMPLETED and error.get("code") == codes.MISSING_REQUIRED_CLIENT_CAPABILITY:
+        # The job asked for an input kind this request did not declare: -32021, as before a
+        # task exists (SEP-2322 MRTR; the error names what is missing).
+        raise MissingCapability(str(error.get("message", "")), _required(error))
     if record.status == COMPLETED and record.result is not None:
         return record.result
     if record.status == FAILED and record.error is not None:
         raise StoredError(record.error)
     raise ProtocolError("The tool call was cancelled")
+
+
+def _required(error: dict[str, Any]) -> dict[str, Any] | None:
+    data = error.get("data")
+    needed = data.get("requiredCapabilities") if isinstance(data, dict) else None
+    return needed if isinstance(needed, dict) else None
 
 
 # ---- tasks/get, tasks/update, tasks/cancel ------------------------------------------------------

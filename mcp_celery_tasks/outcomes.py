@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from mcp_celery_tasks.errors import InputTimedOut, SoftTimeLimitExceeded, ToolError
+from mcp_types import jsonrpc as codes
+
+from mcp_celery_tasks.errors import InputNotSupported, InputTimedOut, SoftTimeLimitExceeded, ToolError
 
 __all__ = [
     "CANCELLED",
@@ -64,4 +66,15 @@ def tool_error_kind(exc: ToolError) -> str:
         return "soft_time_limit"
     if isinstance(exc, InputTimedOut):
         return "input_timeout"
+    if isinstance(exc, InputNotSupported):
+        return "input_not_supported"
     return "tool_error"
+
+
+def missing_capability(exc: ToolError) -> dict[str, Any] | None:
+    """Beside the isError result of a tool that asked for an undeclared input kind: the -32021
+    a synchronous caller gets instead (a task's client sees the isError result)."""
+    if not isinstance(exc, InputNotSupported) or exc.capability is None:
+        return None
+    data: dict[str, Any] = {"requiredCapabilities": {exc.capability: {}}}
+    return {"code": codes.MISSING_REQUIRED_CLIENT_CAPABILITY, "message": str(exc), "data": data}

@@ -150,6 +150,7 @@ def tool(
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
     memory_limit_mb: int | None = None,
+    schema_extra: dict[str, Any] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -169,6 +170,7 @@ def tool(
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
     memory_limit_mb: int | None = None,
+    schema_extra: dict[str, Any] | None = None,
 ) -> F | Callable[[F], F]:
     """Register a function as an MCP tool that runs as a Celery job.
 
@@ -183,7 +185,10 @@ def tool(
     unset values come from Settings. ``time_limit`` (seconds of running, input waits not
     counted), ``soft_time_limit`` (``SoftTimeLimitExceeded`` raised in the tool first) and
     ``memory_limit_mb`` bound one run; past a hard limit the process is killed and the call ends
-    with ``isError`` (prefork workers).
+    with ``isError`` (prefork workers). ``schema_extra`` adds JSON Schema keywords to the
+    advertised input schema (``$schema``, ``$defs``, ``allOf``, ``if``/``then``/``else``, or a
+    property's ``x-mcp-header``: each of its ``properties`` replaces the generated one); the signature
+    still validates the arguments, so keep the two consistent.
     """
 
     def register(target: F) -> F:
@@ -197,6 +202,13 @@ def tool(
         for prop in schema.get("properties", {}).values():
             if isinstance(prop, dict):
                 prop.pop("title", None)
+        if schema_extra:
+            extra = dict(schema_extra)
+            properties = {**schema.get("properties", {})}
+            properties.update(extra.pop("properties", None) or {})
+            schema.update(extra)
+            if properties:
+                schema["properties"] = properties
         doc = inspect.getdoc(func)
         _REGISTRY[tool_name] = ToolSpec(
             name=tool_name,

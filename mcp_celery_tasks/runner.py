@@ -50,6 +50,7 @@ from mcp_celery_tasks.outcomes import (
     SUPERSEDED,
     JobOutcome,
     Outcome,
+    missing_capability,
     tool_error_kind,
 )
 from mcp_celery_tasks.registry import ToolSpec, get_tool
@@ -238,7 +239,13 @@ class JobRunner:
             return STOPPING
         except ToolError as exc:
             said = str(exc) or type(exc).__name__
-            return Outcome("completed", result=error_result(said), kind=tool_error_kind(exc), detail=said)
+            return Outcome(
+                "completed",
+                result=error_result(said),
+                error=missing_capability(exc),
+                kind=tool_error_kind(exc),
+                detail=said,
+            )
         except McpError as exc:
             return Outcome(
                 "failed", error=exc.to_error(), message=exc.message, kind="mcp_error", detail=exc.message
@@ -289,6 +296,7 @@ class JobRunner:
             input_timeout_s=waits,
             max_outstanding_inputs=self._settings.max_outstanding_inputs,
             sleep_slice_s=self._settings.cancel_check_interval_seconds,
+            log_level=job.log_level,
         )
 
     def _bounded(self, result: dict[str, Any]) -> dict[str, Any]:

@@ -46,7 +46,18 @@ _POLL_S = 1.0
 class RuntimeStore(Protocol):
     """The store calls a running job makes (``WorkerStore`` in production)."""
 
-    def report(self, task_id: str, worker: str, message: str) -> bool: ...
+    def report(
+        self,
+        task_id: str,
+        worker: str,
+        message: str,
+        progress: float | None = None,
+        total: float | None = None,
+    ) -> bool: ...
+
+    def log(
+        self, task_id: str, worker: str, level: str, logger: str | None, data: Any, max_logs: int
+    ) -> bool: ...
 
     def still_mine(self, task_id: str, worker: str) -> bool: ...
 
@@ -112,7 +123,7 @@ class Runtime:
         self._max_status_chars = max_status_chars
         self._observer = observer
         self._lock = threading.Lock()
-        self._pending: str | None = None
+        self._pending: tuple[str, float | None, float | None] | None = None
         self._last_write = 0.0
         self._last_check = 0.0
         self._lost = False
@@ -252,11 +263,14 @@ class Runtime:
 
     # ---- status reports ------------------------------------------------------------------
 
-    def report(self, message: str) -> None:
-        """Set the status message, at most one write per ``report_interval``; the latest always
-        lands (the lease thread flushes it, and the runner before the outcome)."""
+    def report(self, message: str, progress: float | None = None, total: float | None = None) -> None:
+        """Set the status message (and numeric progress), at most one write per
+        ``report_interval``; the latest always lands (the lease thread flushes it, and the runner
+        before the outcome). Coalesced reports keep the highest progress seen."""
         with self._lock:
-            self._pending = message[: self._max_status_chars]
+            if progress is not None and self._pending is not None and self._pending[1] is not None:
+                progress = max(progress, self._pending[1])
+            self._pending = (message[: self._max_status_chars], progress, total)
             due = time.monotonic() - self._last_write >= self._report_interval
         if due:
             self.flush()
@@ -267,13 +281,16 @@ class Runtime:
 
     def _flush(self, *, ride: bool) -> None:
         with self._lock:
-            message, self._pending = self._pending, None
-            if message is None:
+            pending, self._pending = self._pending, None
+            if pending is None:
                 return
             self._last_write = time.monotonic()
+        message, progress, total = pending
 
         def write() -> bool:
-            return self._store.report(self.task_id, self.worker, message)
+            if progress is None and total is None:
+                return self._store.report(self.task_id, self.worker, message)
+            return self._store.report(self.task_id, self.worker, message, progress, total)
 
         try:
             mine = self._store_call(write, "a status report") if ride else write()
@@ -281,10 +298,20 @@ class Runtime:
             if is_infrastructure(exc):
                 with self._lock:  # not lost: the next flush writes it, unless a newer one came
                     if self._pending is None:
-                        self._pending = message
+                        self._pending = pending
             raise
         if not mine:
             self.mark_lost()
+
+    def log(self, level: str, logger: str | None, data: Any, max_logs: int = 1000) -> None:
+        """Record a log message for the task's synchronous caller (the context decided that the
+        caller asked for this level). Not recorded past ``max_logs`` or once the task is not ours."""
+        try:
+            with self._busy():
+                self._store.log(self.task_id, self.worker, level, logger, data, max_logs)
+        except Exception as exc:  # best effort: an outage drops the line (the worker log has it)
+            if not is_infrastructure(exc):
+                raise
 
     def flush_if_due(self) -> None:
         """Write a pending message whose interval has passed (the lease thread calls this: one

@@ -93,6 +93,10 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
 LARGE_BODY = 64 * 1024
 """Bodies above this size share the process's parse budget (``max_inflight_body_bytes``)."""
 BUDGET_WAIT_S = 10.0
+SSE_COMMIT_S = 2.0
+"""A synchronous call that settles within this is answered as plain JSON with its own HTTP
+status (-32021: 400); only a longer one commits to an SSE stream and 200. Shorter than any
+sensible keep-alive interval: no proxy cuts a request that has been silent for 2 s."""
 
 
 class _Busy(Exception):
@@ -151,6 +155,11 @@ async def _handle(services: Services, request: Request, principal: str, budget: 
             name=_header(request, "mcp-name"),
             session_id=_header(request, "mcp-session-id"),
             accepts_sse="text/event-stream" in request.headers.get("accept", ""),
+            params={
+                key[len("mcp-param-") :]: value.strip()
+                for key, value in request.headers.items()
+                if key.startswith("mcp-param-")  # starlette lower-cases header names
+            },
         )
         return await dispatch.dispatch(services, body, headers, principal)
 
@@ -230,13 +239,23 @@ def create_server(settings: Settings) -> FastAPI:
             if reply.body is None:
                 return Response(status_code=reply.http_status, headers=reply.headers)
             return _json(reply.http_status, reply.body, reply.headers)
+        settled = asyncio.create_task(dispatch.settle(services, reply))
         if "text/event-stream" in request.headers.get("accept", ""):
+            # A call that settles at once is answered as JSON, with its own status (-32021 is
+            # HTTP 400); a longer one streams, and its status is committed as 200.
+            try:
+                done, _ = await asyncio.wait({settled}, timeout=SSE_COMMIT_S)
+            except asyncio.CancelledError:
+                settled.cancel()
+                raise
+            if done:
+                return _json(reply.http_status, settled.result())
             return StreamingResponse(
-                _sse(services, reply),
+                _sse(services, settled),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        return await _json_when_settled(services, reply, request)
+        return await _json_when_settled(reply, settled, request)
 
     @app.get("/mcp")
     async def mcp_get() -> Response:
@@ -299,8 +318,7 @@ def from_environment() -> FastAPI:
     return create_server(get_settings())
 
 
-async def _sse(services: Services, reply: dispatch.Reply) -> AsyncIterator[str]:
-    settled = asyncio.create_task(dispatch.settle(services, reply))
+async def _sse(services: Services, settled: asyncio.Task[dict[str, Any]]) -> AsyncIterator[str]:
     try:
         while True:
             done, _ = await asyncio.wait({settled}, timeout=services.settings.sse_keepalive_seconds)
@@ -343,13 +361,14 @@ async def _sse_stream(services: Services, stream: Stream) -> AsyncIterator[str]:
             await stream.messages.aclose()  # type: ignore[attr-defined]
 
 
-async def _json_when_settled(services: Services, reply: dispatch.Reply, request: Request) -> Response:
-    settled = asyncio.create_task(dispatch.settle(services, reply))
+async def _json_when_settled(
+    reply: dispatch.Reply, settled: asyncio.Task[dict[str, Any]], request: Request
+) -> Response:
     try:
         while True:
             done, _ = await asyncio.wait({settled}, timeout=1.0)
             if done:
-                return _json(200, settled.result())
+                return _json(reply.http_status, settled.result())
             if await request.is_disconnected():
                 settled.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

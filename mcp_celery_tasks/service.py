@@ -127,6 +127,7 @@ class TaskService:
         as_task: bool,
         preflight: dict[str, Any] | None = None,
         retention_ms: int | None = None,
+        log_level: str | None = None,
     ) -> TaskRecord:
         """Commit the task row, then hand its job to the publisher. The principal's quotas
         (creations per second, active tasks) may refuse it first (``QuotaExceeded``)."""
@@ -155,6 +156,7 @@ class TaskService:
                 client_info=ctx.meta.client_info,
                 preflight=preflight,
                 session_id=ctx.session_id,
+                log_level=None if as_task else log_level,  # never logs on a task (S-53)
             ),
             max_active=limits.max_active_tasks or None,
         )
@@ -221,27 +223,42 @@ class TaskService:
         """The row once ``until(row)`` holds, or the last one read when ``wait_s`` runs out."""
         return await self._events.wait_for(task_id, principal, wait_s, until=until)
 
+    def sync_deadline(self) -> float:
+        """When a synchronous call that starts now stops waiting (loop time)."""
+        return asyncio.get_running_loop().time() + self._settings.max_sync_wait_seconds
+
     async def wait_for_outcome(
-        self, task_id: str, principal: str, *, relay_inputs: bool, known: Collection[str] = ()
+        self,
+        task_id: str,
+        principal: str,
+        *,
+        relay_inputs: bool,
+        known: Collection[str] = (),
+        news: Callable[[TaskRecord], bool] | None = None,
+        deadline: float | None = None,
     ) -> TaskView | None:
         """The one wait of a synchronous call: until the task ends or, when the caller can relay
-        input requests (``relay_inputs``), until it asks for one not in ``known``. Returns the
-        view (still active when ``max_sync_wait_seconds`` ran out), None if the task is gone."""
+        input requests (``relay_inputs``), until it asks for one not in ``known``, or until
+        ``news(row)`` (progress or logs to relay: the row is then re-read every ``poll_s``).
+        Returns the view (still active at the ``deadline``, by default ``max_sync_wait_seconds``
+        from now, or with news), None if the task is gone."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.max_sync_wait_seconds
+        if deadline is None:
+            deadline = self.sync_deadline()
         seen: object = None
 
         def settled(row: TaskRecord) -> bool:
             asks = relay_inputs and row.status == INPUT_REQUIRED and row.last_updated_at != seen
-            return not row.active or asks
+            return not row.active or asks or (news is not None and news(row))
 
         while True:
             left = deadline - loop.time()
-            record = await self._events.wait_for(task_id, principal, max(0.0, left), until=settled)
+            with self._events.polled(task_id) if news is not None else contextlib.nullcontext():
+                record = await self._events.wait_for(task_id, principal, max(0.0, left), until=settled)
             if record is None:
                 return None
             view = await self.view(record)
-            if not record.active or left <= 0:
+            if not record.active or left <= 0 or (news is not None and news(record)):
                 return view
             if record.status == INPUT_REQUIRED:
                 if any(item.key not in known for item in view.inputs):

@@ -14,8 +14,10 @@ from typing import Any, Literal
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
+    LOG_LEVEL_META_KEY,
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
+    LoggingLevel,
 )
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -45,6 +47,7 @@ __all__ = [
     "MetaParams",
     "PagedParams",
     "RequestMeta",
+    "SetLevelParams",
     "TaskCreated",
     "TaskIdParams",
     "TaskUpdateParams",
@@ -52,6 +55,7 @@ __all__ = [
     "declares_tasks",
     "dump",
     "iso",
+    "progress_token",
 ]
 
 MODERN_VERSION = "2026-07-28"
@@ -81,6 +85,9 @@ class RequestMeta(BaseModel):
     protocol_version: str = Field(alias=PROTOCOL_VERSION_META_KEY)
     client_capabilities: dict[str, Any] = Field(alias=CLIENT_CAPABILITIES_META_KEY)
     client_info: dict[str, Any] | None = Field(default=None, alias=CLIENT_INFO_META_KEY)
+    log_level: LoggingLevel | None = Field(default=None, alias=LOG_LEVEL_META_KEY)
+    """The lowest log level the caller wants as ``notifications/message`` on this request; absent,
+    the server MUST NOT send any (2026-07-28). A 2025-11-25 session's ``logging/setLevel``."""
 
 
 class MetaParams(WireModel):
@@ -143,6 +150,12 @@ class LegacyTaskParams(LegacyParams):
 
 class LegacyListParams(LegacyParams):
     cursor: str | None = None
+
+
+class SetLevelParams(LegacyParams):
+    """2025-11-25 ``logging/setLevel``."""
+
+    level: LoggingLevel
 
 
 class _TaskFields(WireModel):
@@ -216,3 +229,12 @@ def declares_tasks(capabilities: dict[str, Any] | None) -> bool:
         return False
     extensions = capabilities.get("extensions")
     return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
+
+
+def progress_token(meta: dict[str, Any] | None) -> str | int | None:
+    """A request's ``_meta.progressToken`` (a string or an integer), or None: then no
+    ``notifications/progress`` may refer to the request."""
+    token = (meta or {}).get("progressToken")
+    if isinstance(token, str) or (isinstance(token, int) and not isinstance(token, bool)):
+        return token
+    return None

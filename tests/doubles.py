@@ -51,6 +51,9 @@ class Row:
     finished: bool = False
     created_at: float = field(default_factory=time.monotonic)
     inputs: dict[str, InputRecord] = field(default_factory=dict)
+    progress: float | None = None
+    progress_total: float | None = None
+    logs: list[tuple[str, str | None, Any]] = field(default_factory=list)
 
 
 class MemoryStore:
@@ -186,12 +189,31 @@ class MemoryStore:
         self._call("still_mine")
         return self._mine(task_id, worker) is not None
 
-    def report(self, task_id: str, worker: str, message: str) -> bool:
+    def report(
+        self,
+        task_id: str,
+        worker: str,
+        message: str,
+        progress: float | None = None,
+        total: float | None = None,
+    ) -> bool:
         self._call("report")
         row = self._mine(task_id, worker)
         if row is None:
             return False
         row.status_message = message
+        row.progress = progress if progress is not None else row.progress
+        row.progress_total = total if total is not None else row.progress_total
+        return True
+
+    def log(
+        self, task_id: str, worker: str, level: str, logger: str | None, data: Any, max_logs: int
+    ) -> bool:
+        self._call("log")
+        row = self._mine(task_id, worker)
+        if row is None or len(row.logs) >= max_logs:
+            return False
+        row.logs.append((level, logger, data))
         return True
 
     # ---- input requests ------------------------------------------------------------------------

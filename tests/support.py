@@ -30,7 +30,8 @@ AMQP_URL = os.environ.get("MCP_TASKS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0
 
 TASKS_EXT = "io.modelcontextprotocol/tasks"
 TEST_TOOL_MODULES = (
-    '["tests.fixtures.bench", "tests.fixtures.conformance", "workers", "tests.fixtures.testing"]'
+    '["tests.fixtures.bench", "tests.fixtures.conformance", "workers", "tests.fixtures.testing",'
+    ' "tests.fixtures.everything"]'
 )
 """The examples plus every test fixture module: what the test stacks serve. ``noop`` comes first:
 the conformance suite's header checks call the first listed tool with no arguments."""

@@ -6,6 +6,7 @@ from mcp_celery_tasks.store.records import (
     CancelOutcome,
     ClaimedTask,
     InputRecord,
+    LogRecord,
     NewTask,
     TaskRecord,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "CancelOutcome",
     "ClaimedTask",
     "InputRecord",
+    "LogRecord",
     "NewTask",
     "TaskRecord",
     "WorkerStore",

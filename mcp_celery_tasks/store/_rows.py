@@ -34,6 +34,7 @@ def new_task_params(task: NewTask) -> dict[str, Any]:
         "client_capabilities": Jsonb(task.client_capabilities),
         "client_info": jsonb(task.client_info),
         "session_id": task.session_id,
+        "log_level": task.log_level,
     }
 
 

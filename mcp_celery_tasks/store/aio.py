@@ -17,7 +17,14 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, queries
-from mcp_celery_tasks.store.records import AnswerOutcome, CancelOutcome, InputRecord, NewTask, TaskRecord
+from mcp_celery_tasks.store.records import (
+    AnswerOutcome,
+    CancelOutcome,
+    InputRecord,
+    LogRecord,
+    NewTask,
+    TaskRecord,
+)
 
 __all__ = ["ApiStore"]
 
@@ -186,6 +193,16 @@ class ApiStore:
         params = {"session_id": session_id, "owner": owner, **self._session_window()}
         rows = await self._fetch(queries.GET_SESSION, params)
         return rows[0] if rows else None
+
+    async def set_session_log_level(self, session_id: str, owner: str, level: str) -> bool:
+        """``logging/setLevel`` of a 2025-11-25 session (its later synchronous calls get logs)."""
+        params = {"session_id": session_id, "owner": owner, "level": level, **self._session_window()}
+        return bool(await self._fetch(queries.SET_SESSION_LOG_LEVEL, params))
+
+    async def logs_after(self, task_id: str, after: int, limit: int = 100) -> list[LogRecord]:
+        """A task's log messages numbered above ``after``, in order (the caller owns the task)."""
+        params = {"task_id": task_id, "after": after, "limit": limit}
+        return await self._rows(queries.LOGS_AFTER, params, class_row(LogRecord))
 
     async def delete_session(self, session_id: str, owner: str) -> bool:
         rows = await self._fetch(queries.DELETE_SESSION, {"session_id": session_id, "owner": owner})

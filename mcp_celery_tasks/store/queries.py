@@ -39,10 +39,11 @@ TO_FAILED: Final = guard("failed")
 CREATE_TASK: Final[LiteralString] = f"""
 INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, preflight, status, status_message,
     ttl_ms, retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
-    client_capabilities, client_info, session_id)
+    client_capabilities, client_info, session_id, log_level)
 SELECT %(task_id)s, %(job_id)s, %(owner)s, %(tool_name)s, %(arguments)s, %(preflight)s, 'working',
     %(status_message)s, %(ttl_ms)s, %(retention_ms)s, %(poll_interval_ms)s, %(queue)s,
-    %(max_attempts)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s, %(session_id)s
+    %(max_attempts)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s, %(session_id)s,
+    %(log_level)s
 WHERE %(max_active)s::int IS NULL OR (
     SELECT count(*) FROM (
         SELECT 1 FROM mcp_tasks WHERE owner = %(owner)s AND status IN {ACTIVE_SQL} LIMIT %(max_active)s
@@ -160,10 +161,31 @@ CHECKPOINT: Final[LiteralString] = """
 SELECT status, worker FROM mcp_tasks WHERE task_id = %(task_id)s
 """
 
+# A report without numbers keeps the last ones: progress only ever moves forward.
 REPORT: Final[LiteralString] = f"""
-UPDATE mcp_tasks SET status_message = %(message)s, last_updated_at = now()
+UPDATE mcp_tasks SET status_message = %(message)s, last_updated_at = now(),
+    progress = COALESCE(%(progress)s, progress), progress_total = COALESCE(%(total)s, progress_total)
 WHERE task_id = %(task_id)s AND worker = %(worker)s AND status IN {ACTIVE_SQL}
 RETURNING status
+"""
+
+# One log message for the synchronous caller, numbered within its task; at most ``max_logs``
+# per task (the rest stay in the worker log only).
+LOG: Final[LiteralString] = f"""
+WITH counted AS (
+    UPDATE mcp_tasks SET log_seq = log_seq + 1
+    WHERE task_id = %(task_id)s AND worker = %(worker)s AND status IN {ACTIVE_SQL}
+      AND log_seq < %(max_logs)s
+    RETURNING log_seq
+)
+INSERT INTO mcp_task_logs (task_id, seq, level, logger, data)
+SELECT %(task_id)s, log_seq, %(level)s, %(logger)s, %(data)s FROM counted
+RETURNING seq
+"""
+
+LOGS_AFTER: Final[LiteralString] = """
+SELECT seq, level, logger, data FROM mcp_task_logs
+WHERE task_id = %(task_id)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s
 """
 
 FINISH: Final[LiteralString] = f"""
@@ -532,7 +554,7 @@ RETURNING session_id
 # A live session (an expired one reads as unknown); its last use is written at most once a minute.
 GET_SESSION: Final[LiteralString] = f"""
 WITH found AS (
-    SELECT session_id, owner, protocol_version, client_capabilities, client_info, last_used_at
+    SELECT session_id, owner, protocol_version, client_capabilities, client_info, last_used_at, log_level
     FROM mcp_sessions
     WHERE session_id = %(session_id)s AND owner = %(owner)s AND {_SESSION_LIVE}
 ), touched AS (
@@ -540,7 +562,13 @@ WITH found AS (
     WHERE s.session_id = found.session_id AND found.last_used_at < now() - interval '60 seconds'
     RETURNING s.session_id
 )
-SELECT session_id, owner, protocol_version, client_capabilities, client_info FROM found
+SELECT session_id, owner, protocol_version, client_capabilities, client_info, log_level FROM found
+"""
+
+SET_SESSION_LOG_LEVEL: Final[LiteralString] = f"""
+UPDATE mcp_sessions SET log_level = %(level)s
+WHERE session_id = %(session_id)s AND owner = %(owner)s AND {_SESSION_LIVE}
+RETURNING session_id
 """
 
 DELETE_SESSION: Final[LiteralString] = """

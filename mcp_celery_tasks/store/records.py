@@ -8,7 +8,15 @@ from typing import Any
 
 from mcp_celery_tasks.lifecycle import ACTIVE, Status
 
-__all__ = ["AnswerOutcome", "CancelOutcome", "ClaimedTask", "InputRecord", "NewTask", "TaskRecord"]
+__all__ = [
+    "AnswerOutcome",
+    "CancelOutcome",
+    "ClaimedTask",
+    "InputRecord",
+    "LogRecord",
+    "NewTask",
+    "TaskRecord",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +40,8 @@ class NewTask:
     status_message: str | None = None
     session_id: str | None = None
     """The 2025-11-25 session that created the task (SEP-1686 tasks/list lists per session)."""
+    log_level: str | None = None
+    """The lowest level of the job's log messages a synchronous caller asked for (None: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +65,11 @@ class TaskRecord:
     inbox: str | None
     db_now: datetime
     """The database clock when the row was read: TTLs are computed against it."""
+    progress: float | None = None
+    progress_total: float | None = None
+    """The job's last numeric progress report (``notifications/progress`` of a synchronous call)."""
+    log_seq: int = 0
+    """How many log messages the job recorded for its synchronous caller."""
 
     @property
     def active(self) -> bool:
@@ -88,6 +103,8 @@ class ClaimedTask:
     queue: str = ""
     age_s: float = 0.0
     """Seconds since the task was created, by the database clock, at the claim."""
+    log_level: str | None = None
+    """The lowest log level the synchronous caller asked for; None: keep logs in the worker log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +117,16 @@ class InputRecord:
     params_hash: str
     response: dict[str, Any] | None
     superseded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One log message a job recorded for its synchronous caller (``notifications/message``)."""
+
+    seq: int
+    level: str
+    logger: str | None
+    data: Any
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,9 +127,37 @@ class WorkerStore:
         row = rows[0]
         return row["status"] in ("working", "input_required") and row["worker"] == worker
 
-    def report(self, task_id: str, worker: str, message: str) -> bool:
-        params = {"task_id": task_id, "worker": worker, "message": message}
+    def report(
+        self,
+        task_id: str,
+        worker: str,
+        message: str,
+        progress: float | None = None,
+        total: float | None = None,
+    ) -> bool:
+        params = {
+            "task_id": task_id,
+            "worker": worker,
+            "message": message,
+            "progress": progress,
+            "total": total,
+        }
         return bool(self._fetch(queries.REPORT, params))
+
+    def log(
+        self, task_id: str, worker: str, level: str, logger: str | None, data: Any, max_logs: int
+    ) -> bool:
+        """Record one log message for the task's synchronous caller; False if not recorded (the
+        task is no longer ours, or already has ``max_logs``)."""
+        params = {
+            "task_id": task_id,
+            "worker": worker,
+            "level": level,
+            "logger": logger,
+            "data": Jsonb(data),
+            "max_logs": max_logs,
+        }
+        return bool(self._fetch(queries.LOG, params))
 
     # ---- input requests --------------------------------------------------------------------
 

@@ -398,7 +398,7 @@ def test_completed_task_has_no_request_state_and_no_related_task_meta(
 
 def test_slow_synchronous_call_over_sse_sends_keep_alives_then_the_result(client: Client) -> None:
     body, headers = envelope(
-        "tools/call", {"name": "slow_compute", "arguments": {"seconds": 1.5}}, extension=False
+        "tools/call", {"name": "slow_compute", "arguments": {"seconds": 3.5}}, extension=False
     )
     headers["Accept"] = "text/event-stream, application/json"
     response = post(client, body, headers, timeout=30)
@@ -409,7 +409,7 @@ def test_slow_synchronous_call_over_sse_sends_keep_alives_then_the_result(client
     assert text.index(": keep-alive") < text.index("data:")
     result = support.parse_body(response)["result"]
     assert result["resultType"] == "complete"
-    assert result["content"][0]["text"] == "done after 1.5s"
+    assert result["content"][0]["text"] == "done after 3.5s"
 
 
 def test_closing_the_sse_stream_of_a_synchronous_call_cancels_its_task(client: Client, stack: Stack) -> None:

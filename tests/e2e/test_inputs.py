@@ -632,11 +632,18 @@ def test_an_update_for_an_unknown_task_is_minus_32602(client: Client) -> None:
     assert_invalid_params(client.update("no-such-task", {"k": YES}))
 
 
-def test_a_synchronous_call_without_elicitation_gets_an_error_result_not_a_question(client: Client) -> None:
+def test_a_synchronous_call_without_elicitation_gets_32021_not_a_question(client: Client) -> None:
+    # As before a task exists (MRTR): the request must declare what the job asks for (issue 16).
     reply = client.call_tool("confirm_delete", {"filename": unique("sync-nocap")}, extension=False)
-    assert reply.result["resultType"] == "complete"
-    assert reply.result["isError"] is True
-    assert "'elicitation' capability" in reply.result["content"][0]["text"]
+    assert reply.status == 400 and reply.error["code"] == codes.MISSING_REQUIRED_CLIENT_CAPABILITY
+    assert reply.error["data"]["requiredCapabilities"] == {"elicitation": {}}
+    assert "'elicitation' capability" in reply.error["message"]
+
+
+def test_a_task_without_elicitation_ends_with_an_error_result(client: Client) -> None:
+    task = client.wait_status(client.start("confirm_delete", {"filename": unique("task-nocap")}))
+    assert task["status"] == "completed" and task["result"]["isError"] is True
+    assert "'elicitation' capability" in task["result"]["content"][0]["text"]
 
 
 def tamper(state: str) -> str:

@@ -68,6 +68,12 @@ def test_python_sdk_1_30_client_calls_tools_sync_with_elicitation_and_as_sep_168
     assert steps["sync"]["text"] == "Hello, legacy!"
     assert steps["elicited"]["message"] == "Delete old.txt?"
     assert steps["sync-with-elicitation"]["text"] == "Deleted old.txt"
+    assert steps["sync-with-progress"]["steps"] == [[0, 100], [50, 100], [100, 100]]
+    assert steps["sync-with-logs"]["logs"] == [
+        "Tool execution started",
+        "Tool processing data",
+        "Tool execution completed",
+    ]
     assert steps["created"] == {"step": "created", "status": "working", "ttl": 60000, "poll": 200}
     assert steps["polled"]["statuses"][-1] == "completed"
     assert steps["result"]["text"] == "done after 0.5s"
@@ -251,7 +257,7 @@ def ts_sdk1() -> Path:
     return folder
 
 
-def test_typescript_sdk_1_32_client_streams_a_sep_1686_task_to_its_result(
+def test_typescript_sdk_1_32_client_streams_a_sep_1686_task_and_hears_progress_and_logs(
     stack: Stack, ts_sdk1: Path
 ) -> None:
     run = subprocess.run(
@@ -266,7 +272,14 @@ def test_typescript_sdk_1_32_client_streams_a_sep_1686_task_to_its_result(
     assert steps[0]["tasks"]["requests"] == {"tools": {"call": {}}}
     kinds = [s["step"] for s in steps]
     assert kinds[1] == "taskCreated" and "taskStatus" in kinds
-    assert steps[-1] == {"step": "result", "text": "done after 0.5s"}
+    assert {"step": "result", "text": "done after 0.5s"} in steps
+    by_step = {s["step"]: s for s in steps}
+    assert by_step["progress"]["steps"] == [[0, 100], [50, 100], [100, 100]]
+    assert by_step["logs"]["logs"] == [
+        "Tool execution started",
+        "Tool processing data",
+        "Tool execution completed",
+    ]
 
 
 def test_sessions_expire_are_capped_and_bound_what_a_client_declares(stack: Stack) -> None:

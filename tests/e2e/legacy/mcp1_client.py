@@ -25,10 +25,17 @@ async def on_elicit(context: object, params: types.ElicitRequestParams) -> types
     return types.ElicitResult(action="accept", content={"confirm": True})
 
 
+LOGS: list[object] = []
+
+
+async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+    LOGS.append(params.data)
+
+
 async def main(url: str) -> None:
     async with (
         streamablehttp_client(url) as (read, write, _),
-        ClientSession(read, write, elicitation_callback=on_elicit) as session,
+        ClientSession(read, write, elicitation_callback=on_elicit, logging_callback=on_log) as session,
     ):
         init = await session.initialize()
         say("initialized", version=init.protocolVersion, tasks=init.capabilities.tasks is not None)
@@ -39,6 +46,16 @@ async def main(url: str) -> None:
         say("sync", text=greeted.content[0].text)
         confirmed = await session.call_tool("confirm_delete", {"filename": "old.txt"})
         say("sync-with-elicitation", text=confirmed.content[0].text)
+        steps: list[tuple[float, float | None]] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            steps.append((progress, total))
+
+        progressed = await session.call_tool("test_tool_with_progress", {}, progress_callback=on_progress)
+        say("sync-with-progress", text=progressed.content[0].text, steps=steps)
+        await session.set_logging_level("info")
+        logged = await session.call_tool("test_tool_with_logging", {})
+        say("sync-with-logs", text=logged.content[0].text, logs=list(LOGS))
         created = await session.experimental.call_tool_as_task("slow_compute", {"seconds": 0.5}, ttl=60000)
         task_id = created.task.taskId
         say("created", status=created.task.status, ttl=created.task.ttl, poll=created.task.pollInterval)

@@ -3,7 +3,7 @@
 // one JSON line per message it receives.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
+import { CallToolResultSchema, LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const [url, tool, args] = process.argv.slice(2);
 const client = new Client({ name: "ts-sdk-1", version: "1.32.2" }, { capabilities: {} });
@@ -20,4 +20,17 @@ for await (const message of stream) {
   else if (message.type === "result") console.log(JSON.stringify({ step: "result", text: message.result.content[0].text }));
   else if (message.type === "error") console.log(JSON.stringify({ step: "error", message: String(message.error?.message ?? message.error) }));
 }
+// A synchronous call with an onprogress callback (a progressToken) and logs at "info".
+const steps = [];
+const logs = [];
+client.setNotificationHandler(LoggingMessageNotificationSchema, (notification) => {
+  logs.push(notification.params.data);
+});
+const progressed = await client.callTool({ name: "test_tool_with_progress", arguments: {} }, CallToolResultSchema, {
+  onprogress: (progress) => steps.push([progress.progress, progress.total]),
+});
+console.log(JSON.stringify({ step: "progress", text: progressed.content[0].text, steps }));
+await client.setLoggingLevel("info");
+const logged = await client.callTool({ name: "test_tool_with_logging", arguments: {} });
+console.log(JSON.stringify({ step: "logs", text: logged.content[0].text, logs }));
 await client.close();

@@ -2,7 +2,7 @@
 apart from ``attempts`` (the tool's own failures and crashes), so rolling restarts never use up a
 task's attempts.
 
-Revision ID: 0008_blp
+Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-01
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008_blp"
+revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None
