@@ -35,7 +35,8 @@ TO_FAILED: Final = guard("failed")
 
 # The row, unless the owner already has ``max_active`` tasks working or waiting for input (the
 # active-tasks quota; NULL: no limit). Concurrent creates may overshoot it by a few: it bounds
-# a noisy caller, it is not an invariant.
+# a noisy caller, it is not an invariant. ``db_now`` is the transaction's time, which is the row's
+# ``created_at``: a new task has run for 0 ms, however late in its transaction the insert came.
 CREATE_TASK: Final[LiteralString] = f"""
 INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, preflight, status, status_message,
     ttl_ms, retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
@@ -49,7 +50,7 @@ WHERE %(max_active)s::int IS NULL OR (
         SELECT 1 FROM mcp_tasks WHERE owner = %(owner)s AND status IN {ACTIVE_SQL} LIMIT %(max_active)s
     ) AS active
 ) < %(max_active)s
-RETURNING {TASK_COLUMNS}, statement_timestamp() AS db_now
+RETURNING {TASK_COLUMNS}, now() AS db_now
 """
 
 GET_TASK: Final[LiteralString] = f"""
