@@ -106,6 +106,15 @@ WHERE job_id = ANY(%(job_ids)s) AND dispatched_at IS NULL
 
 # ---- worker side -------------------------------------------------------------------------
 
+# This statement's own commit does not wait for the WAL flush (``synchronous_commit`` set for
+# its implicit transaction only; an uncorrelated subquery runs once, before any row). For a
+# write whose loss in a Postgres crash is harmless: a lost claim leaves the row unstarted, so
+# the job's fenced outcome write finds it not its own and the sweeper publishes the job again
+# (as after any crash under a running job). WAL is written in order: a later synchronous
+# commit (the outcome) makes the claim durable too. Halves the claim's latency here
+# (docs/PERFORMANCE.md); never for outcomes, creates or answers.
+ASYNC_COMMIT: Final = "(SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
+
 CLAIM: Final[LiteralString] = f"""
 UPDATE mcp_tasks
 SET worker = %(worker)s, lease_until = now() + %(lease_s)s * interval '1 second',
@@ -115,6 +124,7 @@ WHERE job_id = %(job_id)s AND status IN {ACTIVE_SQL} AND cancel_requested_at IS 
   -- renews within a second of the database coming back, before anyone else may claim.
   AND (lease_until IS NULL OR lease_until < now() - %(grace_s)s * interval '1 second' OR worker = %(worker)s)
   AND attempts < max_attempts
+  AND {ASYNC_COMMIT}
 RETURNING {CLAIMED_COLUMNS}, EXTRACT(EPOCH FROM (now() - created_at))::float AS age_s
 """
 
