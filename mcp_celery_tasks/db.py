@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 from mcp_celery_tasks import lifecycle
+from mcp_celery_tasks.store.queries import NOTIFY_CHANNEL
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -35,8 +36,6 @@ __all__ = [
     "task_inputs",
     "tasks",
 ]
-
-NOTIFY_CHANNEL = "mcp_task_events"
 
 metadata = MetaData(
     naming_convention={
