@@ -154,6 +154,9 @@ seg_ours() {
   envs+=(MCP_TASKS_DATABASE_URL="$OURS_DB_URL" MCP_TASKS_BROKER_URL="$OURS_BROKER"
          MCP_TASKS_DEFAULT_QUEUE="$OURS_QUEUE" MCP_TASKS_TOOL_MODULES='["tests.fixtures.bench"]'
          PYTHONPATH="$ROOT")
+  # All bench traffic is one anonymous principal and the others have no quotas: ours are off
+  # (else S1 measures the create rate limit and the active-task cap). OURS_ENV may set them.
+  envs+=(MCP_TASKS_CREATES_PER_SECOND_PER_PRINCIPAL=0 MCP_TASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL=0)
   local extra
   read -r -a extra <<< "$OURS_ENV"
   envs+=("${extra[@]}")
