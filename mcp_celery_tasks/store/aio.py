@@ -144,7 +144,9 @@ class ApiStore:
         """Record answers to outstanding keys (others are ignored) in one statement."""
         items = [{"key": key, "response": response} for key, response in answers.items()]
         params = {"task_id": task_id, "answers": Jsonb(items)}
-        async with self._conn() as conn, conn.transaction():
+        # One pipeline: BEGIN, the lock and the answers go out together, and the COMMIT after
+        # the row comes back (two round trips instead of four; the input round trip waits on it).
+        async with self._conn() as conn, conn.pipeline(), conn.transaction():
             # Lock the task first: two updates answering different keys at once must each see
             # the other's answers when they count what remains (READ COMMITTED takes a new
             # snapshot per statement), or neither would return the task to working.
