@@ -301,7 +301,15 @@ def execute_vs_workers(concurrency: list[int], jobs: int) -> list[dict[str, Any]
 def push_vs_subscriptions(counts: list[int], rounds: int) -> list[dict[str, Any]]:
     dsn = fresh_db()
     most = max(counts)
-    environ = env(dsn, MCP_TASKS_MAX_SUBSCRIPTIONS_PER_PRINCIPAL=str(most + 100))
+    environ = env(
+        dsn,
+        MCP_TASKS_MAX_SUBSCRIPTIONS_PER_PRINCIPAL=str(most + 100),
+        MCP_TASKS_MAX_CONNECTIONS_PER_CLIENT=str(most + 200),  # every stream comes from 127.0.0.1
+        MCP_TASKS_MAX_CONCURRENT_REQUESTS_PER_PRINCIPAL="0",
+        # The production default (the test stacks use 0.5 s): else this one client process spends
+        # its time reading keepalives of thousands of streams and measures itself.
+        MCP_TASKS_SSE_KEEPALIVE_SECONDS="15",
+    )
     worker = support.start_worker("curves-worker", environ)
     proc, url = start_api(environ)
     out = []
@@ -310,7 +318,11 @@ def push_vs_subscriptions(counts: list[int], rounds: int) -> list[dict[str, Any]
             lambda: support.Client(url).call_tool("greet", {"name": "x"}, extension=False).status == 200, 60
         )
         for count in counts:
-            result = asyncio.run(_push_round(url, count, rounds))
+            try:
+                result = asyncio.run(_push_round(url, count, rounds))
+            except (TimeoutError, httpx.HTTPError) as exc:
+                print(f"push with {count} open: failed ({exc!r}); stopping here", flush=True)
+                break
             out.append(result)
             print(f"push with {count} open: {result}", flush=True)
     finally:
