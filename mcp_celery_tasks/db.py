@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 from mcp_celery_tasks import lifecycle
+from mcp_celery_tasks.store.queries import NOTIFY_CHANNEL
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -36,8 +37,6 @@ __all__ = [
     "task_logs",
     "tasks",
 ]
-
-NOTIFY_CHANNEL = "mcp_task_events"
 
 metadata = MetaData(
     naming_convention={

@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -234,7 +234,15 @@ class Settings(BaseSettings):
     db_connect_timeout_seconds: float = 5.0
     """Bound on connecting to Postgres (and on waiting for a pooled connection)."""
     db_statement_timeout_ms: int = 10_000
-    """Postgres ``statement_timeout`` for every connection of ours."""
+    """Postgres ``statement_timeout`` for every connection of ours (sent at connect; through a
+    transaction pooler set it on the role instead: ``ALTER ROLE … SET statement_timeout``)."""
+    db_transaction_pooler: bool = False
+    """``database_url`` goes through a pooler in transaction mode (PgBouncer
+    ``pool_mode=transaction``): statements are never prepared and no startup ``options`` are
+    sent. Needs ``direct_database_url`` for what must keep a session."""
+    direct_database_url: str | None = None
+    """A Postgres DSN that bypasses the pooler, for what needs a session of its own: the API's
+    ``LISTEN`` connection (task events) and migrations. Default: ``database_url``."""
 
     report_min_interval_seconds: float = 0.25
     """A tool's ``ctx.report`` writes at most this often; the last message always lands."""
@@ -322,18 +330,34 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, FileSecretsSource(settings_cls), dotenv_settings)
 
-    @field_validator("database_url")
+    @field_validator("database_url", "direct_database_url")
     @classmethod
-    def _libpq_form(cls, value: str) -> str:
+    def _libpq_form(cls, value: str | None) -> str | None:
         # Accept the SQLAlchemy spelling too; psycopg wants plain libpq URLs.
         for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgres://"):
-            if value.startswith(prefix):
+            if value is not None and value.startswith(prefix):
                 return "postgresql://" + value[len(prefix) :]
         return value
 
+    @model_validator(mode="after")
+    def _session_for_listen(self) -> Settings:
+        # LISTEN through a transaction pooler "works" and then loses every notification (the
+        # server connection goes back to the pool after the LISTEN's own transaction).
+        if self.db_transaction_pooler and not self.direct_database_url:
+            raise ValueError(
+                "MCP_TASKS_DB_TRANSACTION_POOLER needs MCP_TASKS_DIRECT_DATABASE_URL: a DSN that "
+                "bypasses the pooler, for LISTEN and migrations"
+            )
+        return self
+
+    @property
+    def session_database_url(self) -> str:
+        """Where a connection that needs its own session goes (LISTEN, migrations)."""
+        return self.direct_database_url or self.database_url
+
     @property
     def sqlalchemy_url(self) -> str:
-        return "postgresql+psycopg://" + self.database_url.removeprefix("postgresql://")
+        return "postgresql+psycopg://" + self.session_database_url.removeprefix("postgresql://")
 
     @property
     def auth_enabled(self) -> bool:

@@ -79,6 +79,8 @@ class _FileExporter:
                         "span_id": f"{span.context.span_id:016x}",
                         "parent_id": f"{parent.span_id:016x}" if parent else None,
                         "service": span.resource.attributes.get("service.name"),
+                        "start_ns": span.start_time,
+                        "end_ns": span.end_time,
                         "attributes": dict(span.attributes or {}),
                     }
                 )

@@ -17,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, queries
+from mcp_celery_tasks.store._conninfo import connect_kwargs
 from mcp_celery_tasks.store.records import (
     AnswerOutcome,
     CancelOutcome,
@@ -51,13 +52,7 @@ class ApiStore:
             settings.database_url,
             min_size=settings.db_pool_min,
             max_size=settings.db_pool_max,
-            kwargs={
-                "autocommit": True,
-                "row_factory": dict_row,
-                "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
-                "options": f"-c statement_timeout={settings.db_statement_timeout_ms}",
-                "application_name": "mcp-celery-tasks-api",
-            },
+            kwargs={"row_factory": dict_row, **connect_kwargs(settings, "mcp-celery-tasks-api")},
             timeout=settings.db_connect_timeout_seconds,
             open=False,
             name="mcp-tasks-api",
@@ -73,7 +68,9 @@ class ApiStore:
             return
         self._last_recover = now
         try:
-            probe = await psycopg.AsyncConnection.connect(self._settings.database_url, connect_timeout=1)
+            probe = await psycopg.AsyncConnection.connect(
+                self._settings.database_url, connect_timeout=1, prepare_threshold=None
+            )
         except psycopg.Error:
             return  # still down
         await probe.close()
@@ -154,7 +151,9 @@ class ApiStore:
         """Record answers to outstanding keys (others are ignored) in one statement."""
         items = [{"key": key, "response": response} for key, response in answers.items()]
         params = {"task_id": task_id, "answers": Jsonb(items)}
-        async with self._conn() as conn, conn.transaction():
+        # One pipeline: BEGIN, the lock and the answers go out together, and the COMMIT after
+        # the row comes back (two round trips instead of four; the input round trip waits on it).
+        async with self._conn() as conn, conn.pipeline(), conn.transaction():
             # Lock the task first: two updates answering different keys at once must each see
             # the other's answers when they count what remains (READ COMMITTED takes a new
             # snapshot per statement), or neither would return the task to working.
@@ -253,11 +252,10 @@ class ApiStore:
         watches: anything may have changed while no one listened.
         """
         try:
+            # Straight to Postgres: a transaction pooler would lose every notification.
             conn = await psycopg.AsyncConnection.connect(
-                self._settings.database_url,
-                autocommit=True,
-                connect_timeout=max(1, int(self._settings.db_connect_timeout_seconds)),
-                application_name="mcp-celery-tasks-events",
+                self._settings.session_database_url,
+                **connect_kwargs(self._settings, "mcp-celery-tasks-events", pooled=False),
             )
         except psycopg.Error as exc:
             raise InfrastructureError("cannot listen for task events") from exc

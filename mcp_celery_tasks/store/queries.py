@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Final, LiteralString
 
-from mcp_celery_tasks.db import NOTIFY_CHANNEL
 from mcp_celery_tasks.lifecycle import ACTIVE, TERMINAL, guard, sql_list
 from mcp_celery_tasks.store.records import ClaimedTask, InputRecord, TaskRecord
 
@@ -22,6 +21,10 @@ def _columns(record: type, *computed: str) -> str:
     ``class_row``); ``computed`` fields are spelled out by each query."""
     return ", ".join(f.name for f in fields(record) if f.name not in computed)
 
+
+NOTIFY_CHANNEL: Final = "mcp_task_events"
+"""Every status transition notifies this channel with the task id (``db`` re-exports it; that
+module is the schema for Alembic and loads SQLAlchemy, which no API or worker needs)."""
 
 TASK_COLUMNS: Final = _columns(TaskRecord, "db_now")
 CLAIMED_COLUMNS: Final = _columns(ClaimedTask, "age_s")

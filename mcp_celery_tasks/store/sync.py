@@ -20,6 +20,7 @@ from mcp_celery_tasks.blips import is_infrastructure
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, queries
+from mcp_celery_tasks.store._conninfo import connect_kwargs
 from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputRecord
 
 __all__ = ["WorkerStore"]
@@ -52,11 +53,8 @@ class WorkerStore:
         if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(
                 self._settings.database_url,
-                autocommit=True,
                 row_factory=dict_row,
-                connect_timeout=max(1, int(self._settings.db_connect_timeout_seconds)),
-                options=f"-c statement_timeout={self._settings.db_statement_timeout_ms}",
-                application_name=self._application_name,
+                **connect_kwargs(self._settings, self._application_name),
             )
         return self._conn
 

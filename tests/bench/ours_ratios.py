@@ -51,6 +51,14 @@ METRICS = [
     ("noop end-to-end p50 (S3)", "S3 p50 ms", "S3 p50 ms", "lower", PEERS[:1]),
     ("noop end-to-end p99 (S3)", "S3 p99 ms", "S3 p99 ms", "lower", PEERS[:1]),
     ("sleep_ms(100) end-to-end p50 (S3b)", "S3b p50 ms", "S3b p50 ms", "lower", PEERS[:1]),
+    ("input round trip: update ack → completed p50 (S4)", "S4 p50 ms", "S4 p50 ms", "lower", PEERS[:1]),
+    (
+        "tasks/update ack p50 (S4)",
+        "S4 tasks/update ack p50 ms",
+        "S4 tasks/update ack p50 ms",
+        "lower",
+        PEERS[:1],
+    ),
     ("cancel ack → cancelled p50 (S5)", "S5 p50 ms", "S5 p50 ms", "lower", PEERS[:1]),
     (
         "tasks/cancel ack p50 (S5)",

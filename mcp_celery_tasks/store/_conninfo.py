@@ -1,0 +1,34 @@
+"""How every connection of ours is opened: one place for the psycopg connect arguments.
+
+Through a transaction-mode pooler (``Settings.db_transaction_pooler``) consecutive statements
+of one client may run on different server connections: a statement psycopg prepared on one
+does not exist on the next ("prepared statement … does not exist"), and PgBouncer refuses
+startup ``options`` it does not know. So there psycopg never prepares (``prepare_threshold``
+None) and the statement timeout is left to the role or the pooler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_celery_tasks.settings import Settings
+
+__all__ = ["connect_kwargs"]
+
+
+def connect_kwargs(settings: Settings, application_name: str, *, pooled: bool = True) -> dict[str, Any]:
+    """Arguments for ``psycopg.connect`` (and the pool's ``kwargs``) besides the DSN.
+
+    ``pooled`` is False for a connection that goes to ``settings.session_database_url`` (it
+    bypasses the pooler, so it may prepare and send options).
+    """
+    kwargs: dict[str, Any] = {
+        "autocommit": True,
+        "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
+        "application_name": application_name,
+    }
+    if pooled and settings.db_transaction_pooler:
+        kwargs["prepare_threshold"] = None
+    else:
+        kwargs["options"] = f"-c statement_timeout={settings.db_statement_timeout_ms}"
+    return kwargs

@@ -1,0 +1,47 @@
+"""Every write waits for the WAL flush, the claim included.
+
+An asynchronous claim would halve its latency (docs/PERFORMANCE.md), but a claim lost in a
+Postgres crash leaves a row that looks never started while its body runs: the sweeper would
+publish the job again and a second worker run it beside the live first one, which the
+containment guarantee forbids (a job whose process lives is never run a second time).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import ApiStore, WorkerStore, queries
+from tests.integration.conftest import Db
+from tests.integration.test_store import LEASE_S, ME, new_task, raw_row
+
+
+def _setting(db: Db) -> str:
+    row = db.execute("SELECT current_setting('synchronous_commit') AS value").fetchone()
+    assert row is not None
+    return str(row["value"])
+
+
+async def test_after_a_claim_the_outcome_write_on_the_same_connection_is_synchronous(
+    settings: Settings, db: Db
+) -> None:
+    api = ApiStore(settings)
+    await api.open()
+    try:
+        task = await api.create_task(new_task())
+    finally:
+        await api.close()
+    assert task is not None
+    store = WorkerStore(settings)
+    try:
+        assert store.claim(task.job_id, ME, LEASE_S) is not None
+        assert store._fetch("SELECT current_setting('synchronous_commit') AS value", {}) == [{"value": "on"}]
+        assert store.finish(task.task_id, ME, "completed", result={"content": [], "isError": False})
+    finally:
+        store.close()
+    assert raw_row(db, task.task_id)["status"] == "completed"
+
+
+@pytest.mark.parametrize("name", ["CLAIM", "FINISH", "CREATE_TASK", "RECORD_ANSWERS", "CANCEL"])
+def test_writes_that_must_survive_a_crash_never_turn_off_synchronous_commit(name: str) -> None:
+    assert "synchronous_commit" not in getattr(queries, name)

@@ -1,0 +1,48 @@
+"""Connect arguments with and without a transaction pooler in front of Postgres."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store._conninfo import connect_kwargs
+
+POOLED = "postgresql://app@pgbouncer:6432/tasks"
+DIRECT = "postgresql://app@db:5432/tasks"
+
+
+def test_a_direct_connection_prepares_and_sends_the_statement_timeout() -> None:
+    kwargs = connect_kwargs(Settings(database_url=DIRECT, db_statement_timeout_ms=1234), "x")
+    assert kwargs["options"] == "-c statement_timeout=1234"
+    assert "prepare_threshold" not in kwargs  # psycopg's default: prepare after 5 runs
+    assert kwargs["autocommit"] is True and kwargs["application_name"] == "x"
+
+
+def test_through_a_transaction_pooler_nothing_is_prepared_and_no_options_are_sent() -> None:
+    settings = Settings(database_url=POOLED, db_transaction_pooler=True, direct_database_url=DIRECT)
+    kwargs = connect_kwargs(settings, "x")
+    assert kwargs["prepare_threshold"] is None
+    assert "options" not in kwargs
+
+
+def test_the_session_connections_bypass_the_pooler() -> None:
+    settings = Settings(database_url=POOLED, db_transaction_pooler=True, direct_database_url=DIRECT)
+    assert settings.session_database_url == DIRECT
+    assert settings.sqlalchemy_url == "postgresql+psycopg://app@db:5432/tasks"  # migrations
+    kwargs = connect_kwargs(settings, "events", pooled=False)
+    assert "prepare_threshold" not in kwargs and "options" in kwargs
+
+
+def test_without_a_direct_url_the_session_connections_use_the_database_url() -> None:
+    assert Settings(database_url=DIRECT).session_database_url == DIRECT
+
+
+def test_a_transaction_pooler_without_a_direct_url_is_refused() -> None:
+    with pytest.raises(ValidationError, match="MCP_TASKS_DIRECT_DATABASE_URL"):
+        Settings(database_url=POOLED, db_transaction_pooler=True)
+
+
+def test_the_direct_url_accepts_the_sqlalchemy_spelling() -> None:
+    settings = Settings(direct_database_url="postgresql+psycopg://app@db/tasks")
+    assert settings.direct_database_url == "postgresql://app@db/tasks"
