@@ -248,9 +248,10 @@ ORDER BY created_at
 LIMIT %(limit)s
 """
 
-# Published long ago, never started: re-stamped so the next sweep waits as long again.
+# Published long ago and held by no worker (never started, or handed back after a lost lease):
+# re-stamped so the next sweep waits as long again.
 _UNSTARTED_SINCE: Final[LiteralString] = f"""
-    status IN {ACTIVE_SQL} AND started_at IS NULL AND lease_until IS NULL
+    status IN {ACTIVE_SQL} AND lease_until IS NULL
       AND dispatched_at < now() - %(older_than_s)s * interval '1 second'"""
 
 # The queues that hold such jobs (the sweeper asks the broker how many messages wait in each).
@@ -272,11 +273,18 @@ WHERE task_id IN (
 RETURNING job_id, queue
 """
 
+# A lapsed lease (its worker died) is handed back once: the lease cleared and the job stamped
+# as published now, so it counts as queued and the next sweep does not publish it again.
 LOST_LEASES: Final[LiteralString] = f"""
-SELECT job_id, queue FROM mcp_tasks
-WHERE status IN {ACTIVE_SQL} AND lease_until < now() - %(grace_s)s * interval '1 second'
-ORDER BY lease_until
-LIMIT %(limit)s
+UPDATE mcp_tasks SET lease_until = NULL, dispatched_at = now()
+WHERE task_id IN (
+    SELECT task_id FROM mcp_tasks
+    WHERE status IN {ACTIVE_SQL} AND lease_until < now() - %(grace_s)s * interval '1 second'
+    ORDER BY lease_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AND lease_until < now() - %(grace_s)s * interval '1 second'
+RETURNING job_id, queue
 """
 
 # ---- input requests ------------------------------------------------------------------------
@@ -417,6 +425,16 @@ RECORD_RUN: Final[LiteralString] = """
 INSERT INTO mcp_maintenance (job, last_run_at, last_count) VALUES (%(job)s, now(), %(count)s)
 ON CONFLICT (job) DO UPDATE SET last_run_at = now(), last_count = EXCLUDED.last_count
 """
+
+BROKER_DOWN_JOB: Final = "broker-down"
+"""The maintenance row that says since when publishing has failed (absent: the broker is fine)."""
+
+BROKER_DOWN: Final[LiteralString] = """
+INSERT INTO mcp_maintenance (job, last_run_at, last_count) VALUES (%(job)s, now(), 0)
+ON CONFLICT (job) DO NOTHING
+"""
+
+BROKER_UP: Final[LiteralString] = "DELETE FROM mcp_maintenance WHERE job = %(job)s"
 
 SECONDS_SINCE_RUN: Final[LiteralString] = """
 SELECT EXTRACT(EPOCH FROM (now() - last_run_at))::float AS seconds FROM mcp_maintenance WHERE job = %(job)s

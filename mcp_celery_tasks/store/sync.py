@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import _rows, queries
+from mcp_celery_tasks.store import _rows, backlog, queries
 from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputRecord
 
 __all__ = ["WorkerStore"]
@@ -295,5 +295,37 @@ class WorkerStore:
         return [(row["job_id"], row["queue"]) for row in self._fetch(queries.UNSTARTED, params)]
 
     def lost_leases(self, grace_s: float, limit: int) -> list[tuple[str, str]]:
+        """Active jobs whose lease lapsed ``grace_s`` ago (their worker died), handed back to the
+        queue: lease cleared, re-stamped as published now, so each is re-published once (a lost
+        message then is the lost-message recovery's business, not every sweep's)."""
         rows = self._fetch(queries.LOST_LEASES, {"grace_s": grace_s, "limit": limit})
         return [(row["job_id"], row["queue"]) for row in rows]
+
+    # ---- fair dispatch ------------------------------------------------------------------------
+
+    def backlog_queues(self) -> list[str]:
+        """Queues with jobs waiting in the backlog (never published)."""
+        return [row["queue"] for row in self._fetch(backlog.BACKLOG_QUEUES, {})]
+
+    def release_jobs(self, queue: str, ahead: int, max_waiting: int) -> list[tuple[str, str]]:
+        """Mark the next jobs of ``queue`` published, round-robin by principal, so that at most
+        ``ahead`` wait in the broker (``store.backlog.RELEASE``); the caller publishes them."""
+        params = {"queue": queue, "ahead": ahead, "max_waiting": max_waiting}
+        with self._connection() as conn, conn.transaction():
+            conn.execute(backlog.LOCK_QUEUE, params)
+            rows = conn.execute(backlog.RELEASE, params).fetchall()
+        return [(row["job_id"], row["queue"]) for row in rows]
+
+    def undispatch(self, job_ids: Sequence[str]) -> int:
+        """Put released jobs that could not be published back into the backlog."""
+        return self._execute(backlog.UNDISPATCH, {"job_ids": list(job_ids)})
+
+    def queued_counts(self, older_than_s: float) -> dict[str, tuple[int, int]]:
+        """Per queue: (published jobs no worker holds, those of them older than ``older_than_s``)."""
+        rows = self._fetch(backlog.QUEUED_COUNTS, {"older_than_s": older_than_s})
+        return {row["queue"]: (int(row["queued"]), int(row["old"])) for row in rows}
+
+    def broker_down(self, down: bool) -> None:
+        """Record that the broker could not be reached (kept from the first failure on), or that
+        it could again; the sweeper fails backlog jobs only after a long outage."""
+        self._execute(queries.BROKER_DOWN if down else queries.BROKER_UP, {"job": queries.BROKER_DOWN_JOB})

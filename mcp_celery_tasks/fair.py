@@ -1,0 +1,61 @@
+"""One fair dispatch pass, shared by the API's fair publisher (``outbox``) and the sweeper.
+
+The rules live in the SQL (``store.backlog``); this is the loop around it: release per queue,
+publish, put back what the broker refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import WorkerStore
+
+__all__ = ["BrokerUnavailable", "Publish", "release_and_publish"]
+
+logger = logging.getLogger(__name__)
+
+Publish = Callable[[str, str, "dict[str, str] | None"], None]
+"""``publish(job_id, queue, trace_headers)``; raises when the broker refuses."""
+
+
+def release_and_publish(
+    store: WorkerStore,
+    settings: Settings,
+    publish: Publish,
+    *,
+    trace_headers: dict[str, dict[str, str]] | None = None,
+) -> tuple[int, bool]:
+    """One fair pass over every queue with a backlog: release, publish, put back what failed.
+
+    ``publish(job_id, queue, headers)`` raises when the broker refuses. Returns (jobs published,
+    whether a backlog still waits). Store errors propagate (``InfrastructureError``)."""
+    published = 0
+    waiting = False
+    for queue in store.backlog_queues():
+        released = store.release_jobs(
+            queue, settings.dispatch_ahead, settings.max_waiting_inputs_per_principal
+        )
+        failed: list[str] = []
+        for job_id, job_queue in released:
+            headers = trace_headers.pop(job_id, None) if trace_headers is not None else None
+            if failed:
+                failed.append(job_id)  # the broker just refused one: do not hammer it
+                continue
+            try:
+                publish(job_id, job_queue, headers)
+                published += 1
+            except Exception:
+                logger.warning("could not publish job %s to %s", job_id, job_queue, exc_info=True)
+                failed.append(job_id)
+        if failed:
+            store.undispatch(failed)
+            store.broker_down(True)
+            raise BrokerUnavailable(f"{len(failed)} jobs of {queue} went back to the backlog")
+        waiting = True  # the queue had a backlog; more of it may be left
+    return published, waiting
+
+
+class BrokerUnavailable(Exception):
+    """Publishing failed; the jobs are back in the backlog."""
