@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
+from rich.table import Column, Table
 
 from mcp_celery_tasks.admin_limits import limits_app
 
@@ -105,19 +105,30 @@ def summary_view(store: WorkerStore) -> Group:
     """The ``top`` screen: active tasks per queue and tool, then the latest failures."""
     active, failures = store.admin_summary()
     table = Table(
-        "queue", "tool", "running", "queued", "waiting for input", "stopping", "longest", title="active tasks"
-    )
+        "queue", "tool", "running", "queued", "backlog", Column("waiting for input", no_wrap=True),
+        "stopping", "longest", title="active tasks (queued: in the broker; backlog: waiting its turn)",
+    )  # fmt: skip
     for row in active:
         table.add_row(
-            row["queue"], row["tool"], str(row["running"]), str(row["queued"]),
+            row["queue"], row["tool"], str(row["running"]), str(row["queued"]), str(row["backlog"]),
             str(row["waiting_for_input"]), str(row["stopping"]), _fmt(row["longest"]),
+        )  # fmt: skip
+    shares = Table(
+        "queue", Column("principal", no_wrap=True, min_width=11), "running", "queued", "backlog",
+        Column("waiting for input", no_wrap=True), "waited",
+        title="per principal (fair dispatch)",
+    )  # fmt: skip
+    for row in store.admin_principals():
+        shares.add_row(
+            row["queue"], row["owner"], str(row["running"]), str(row["queued"]), str(row["backlog"]),
+            str(row["waiting_for_input"]), _fmt(row["oldest_waiting"]),
         )  # fmt: skip
     failed = Table("job", "tool", "when", "error", title="recent failures")
     for row in failures:
         failed.add_row(
             row["job_id"][:8], row["tool"], _fmt(row["created_at"]), (row["last_error"] or "")[:70]
         )
-    return Group(table, failed)
+    return Group(table, shares, failed)
 
 
 @admin_app.command("top")
@@ -147,15 +158,19 @@ def show_task(
         typer.echo(f"no task or job {ref!r}", err=True)
         raise typer.Exit(1)
     row, inputs = found
+    if row["status"] == "working" and row.get("dispatched_at") is None:
+        position = _store().queue_position(row["task_id"])
+        if position is not None:
+            row["place_in_line"] = f"{position[0]}{'+' if position[1] else ''} jobs ahead (fair backlog)"
     if as_json:
         typer.echo(json.dumps({"task": row, "inputs": inputs}, default=_fmt, indent=2))
         return
     table = Table("field", "value", show_header=False)
     for name in (
         "task_id", "job_id", "display_status", "tool_name", "owner", "queue", "status_message",
-        "created_at", "started_at", "finished_at", "wait_before_start", "runtime", "attempts",
-        "max_attempts", "worker", "lease_until", "expires_at", "arguments", "preflight", "result", "error",
-        "error_kind", "error_message", "stop_reason",
+        "place_in_line", "created_at", "dispatched_at", "started_at", "finished_at", "wait_before_start",
+        "runtime", "attempts", "max_attempts", "worker", "lease_until", "expires_at", "arguments",
+        "preflight", "result", "error", "error_kind", "error_message", "stop_reason",
     ):  # fmt: skip
         value = row.get(name)
         table.add_row(name, json.dumps(value) if isinstance(value, dict | list) else _fmt(value))

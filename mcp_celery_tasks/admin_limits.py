@@ -18,7 +18,8 @@ __all__ = ["limits_app"]
 limits_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Quota overrides per principal.")
 console = Console()
 
-COLUMNS = ("max_active_tasks", "creates_per_second", "create_burst", "max_concurrent_requests", "note")
+COLUMNS = ("max_active_tasks", "creates_per_second", "create_burst", "max_concurrent_requests",
+           "max_waiting_inputs", "note")  # fmt: skip
 
 
 def _store() -> Any:
@@ -51,13 +52,18 @@ def set_limits(
     rate: Annotated[float | None, typer.Option(min=0, help="Creates per second (per API process)")] = None,
     burst: Annotated[int | None, typer.Option(min=1, help="Creates at once before the rate applies")] = None,
     concurrent: Annotated[int | None, typer.Option(min=0, help="Requests in progress at once")] = None,
+    waiting: Annotated[
+        int | None, typer.Option(min=0, help="Jobs waiting for input per queue before dispatch pauses")
+    ] = None,
     note: Annotated[str | None, typer.Option(help="Why (shown by ls)")] = None,
 ) -> None:
     """Override some of a principal's limits (the others stay as they are)."""
     values = {"max_active_tasks": max_active, "creates_per_second": rate, "create_burst": burst,
-              "max_concurrent_requests": concurrent, "note": note}  # fmt: skip
+              "max_concurrent_requests": concurrent, "max_waiting_inputs": waiting, "note": note}  # fmt: skip
     if all(value is None for value in values.values()):
-        raise typer.BadParameter("give at least one of --max-active, --rate, --burst, --concurrent, --note")
+        raise typer.BadParameter(
+            "give at least one of --max-active, --rate, --burst, --concurrent, --waiting, --note"
+        )
     _store().set_principal_limits(principal, **values)
     typer.echo(f"limits of {principal} set (API processes pick them up within 10 s)")
 

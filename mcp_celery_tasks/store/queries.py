@@ -373,16 +373,19 @@ FROM (SELECT 1) AS one LEFT JOIN t ON true
 
 # ---- admin -------------------------------------------------------------------------------
 
+# A job still in the fair backlog says so (its place in line: ``tasks show``).
 ADMIN_LIST: Final[LiteralString] = """
-SELECT task_id, job_id, status, tool, owner, queue, status_message, created_at, age, runtime,
-       attempts, outstanding_inputs, last_error
-FROM mcp_tasks_overview
-WHERE (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(tool)s::text IS NULL OR tool = %(tool)s)
-  AND (%(owner)s::text IS NULL OR owner = %(owner)s)
-  AND (%(older_than_s)s::float IS NULL OR created_at < now() - %(older_than_s)s * interval '1 second')
-  AND (%(newer_than_s)s::float IS NULL OR created_at >= now() - %(newer_than_s)s * interval '1 second')
-ORDER BY created_at DESC
+SELECT o.task_id, o.job_id, o.status, o.tool, o.owner, o.queue,
+       CASE WHEN o.status = 'working' AND t.dispatched_at IS NULL THEN 'queued (fair backlog)'
+            ELSE o.status_message END AS status_message,
+       o.created_at, o.age, o.runtime, o.attempts, o.outstanding_inputs, o.last_error
+FROM mcp_tasks_overview o JOIN mcp_tasks t USING (task_id)
+WHERE (%(status)s::text IS NULL OR o.status = %(status)s)
+  AND (%(tool)s::text IS NULL OR o.tool = %(tool)s)
+  AND (%(owner)s::text IS NULL OR o.owner = %(owner)s)
+  AND (%(older_than_s)s::float IS NULL OR o.created_at < now() - %(older_than_s)s * interval '1 second')
+  AND (%(newer_than_s)s::float IS NULL OR o.created_at >= now() - %(newer_than_s)s * interval '1 second')
+ORDER BY o.created_at DESC
 LIMIT %(limit)s
 """
 
@@ -440,16 +443,34 @@ SECONDS_SINCE_RUN: Final[LiteralString] = """
 SELECT EXTRACT(EPOCH FROM (now() - last_run_at))::float AS seconds FROM mcp_maintenance WHERE job = %(job)s
 """
 
+# queued: handed to the broker, not started; backlog: waiting in Postgres for its fair turn.
 ADMIN_SUMMARY: Final[LiteralString] = """
-SELECT queue, tool,
-       count(*) FILTER (WHERE status = 'working' AND runtime IS NOT NULL) AS running,
-       count(*) FILTER (WHERE status = 'working' AND runtime IS NULL) AS queued,
+SELECT o.queue, o.tool,
+       count(*) FILTER (WHERE o.status = 'working' AND o.runtime IS NOT NULL) AS running,
+       count(*) FILTER (WHERE o.status = 'working' AND o.runtime IS NULL
+                        AND t.dispatched_at IS NOT NULL) AS queued,
+       count(*) FILTER (WHERE o.status = 'working' AND t.dispatched_at IS NULL) AS backlog,
+       count(*) FILTER (WHERE o.status = 'input_required') AS waiting_for_input,
+       count(*) FILTER (WHERE o.status = 'stopping') AS stopping,
+       max(o.runtime) FILTER (WHERE o.status IN ('working', 'input_required')) AS longest
+FROM mcp_tasks_overview o JOIN mcp_tasks t USING (task_id)
+WHERE o.status IN ('working', 'input_required', 'stopping')
+GROUP BY o.queue, o.tool ORDER BY o.queue, o.tool
+"""
+
+# Fair dispatch per queue and principal: who waits, who holds the workers.
+ADMIN_PRINCIPALS: Final[LiteralString] = f"""
+SELECT queue, owner,
+       count(*) FILTER (WHERE dispatched_at IS NULL) AS backlog,
+       count(*) FILTER (WHERE dispatched_at IS NOT NULL AND lease_until IS NULL) AS queued,
+       count(*) FILTER (WHERE lease_until IS NOT NULL AND status = 'working') AS running,
        count(*) FILTER (WHERE status = 'input_required') AS waiting_for_input,
-       count(*) FILTER (WHERE status = 'stopping') AS stopping,
-       max(runtime) FILTER (WHERE status IN ('working', 'input_required')) AS longest
-FROM mcp_tasks_overview
-WHERE status IN ('working', 'input_required', 'stopping')
-GROUP BY queue, tool ORDER BY queue, tool
+       date_trunc('second', now() - min(created_at) FILTER (WHERE dispatched_at IS NULL)) AS oldest_waiting
+FROM mcp_tasks
+WHERE status IN {ACTIVE_SQL}
+GROUP BY queue, owner
+ORDER BY queue, count(*) FILTER (WHERE dispatched_at IS NULL) DESC, owner
+LIMIT %(limit)s
 """
 
 ADMIN_RECENT_FAILURES: Final[LiteralString] = """

@@ -219,6 +219,15 @@ class WorkerStore:
             queries.ADMIN_RECENT_FAILURES, {"limit": 8}
         )
 
+    def admin_principals(self, limit: int = 20) -> list[dict[str, Any]]:
+        """Per queue and principal: backlog, queued in the broker, running, waiting for input."""
+        return self._fetch(queries.ADMIN_PRINCIPALS, {"limit": limit})
+
+    def queue_position(self, task_id: str, cap: int = 500) -> tuple[int, bool] | None:
+        """A backlog task's place in line (``ApiStore.queue_position``), for admins."""
+        rows = self._fetch(backlog.QUEUE_POSITION, {"task_id": task_id, "cap": cap})
+        return (int(rows[0]["ahead"]), bool(rows[0]["capped"])) if rows else None
+
     def admin_show(self, ref: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """A task by task id or job id, with every input request it made."""
         rows = self._fetch(queries.ADMIN_SHOW, {"ref": ref})
