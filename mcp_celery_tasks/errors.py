@@ -51,6 +51,7 @@ __all__ = [
     "QuotaExceeded",
     "SoftTimeLimitExceeded",
     "TaskCancelled",
+    "TooManyWaiting",
     "ToolError",
     "UnsupportedVersion",
 ]
@@ -186,6 +187,12 @@ class SoftTimeLimitExceeded(ToolError):
 
 class InputNotSupported(ToolError):
     """The originating tools/call did not declare the capability this input request needs."""
+
+
+class TooManyWaiting(ToolError):
+    """The principal already has ``max_waiting_inputs`` jobs of this queue blocked on input: this
+    input request is refused (the call ends with ``isError: true``), so unanswered questions
+    never hold every worker slot of a queue. Answer or cancel a waiting task, then call again."""
 
 
 class McpError(McpTasksError):

@@ -26,6 +26,7 @@ __all__ = [
     "QUEUE_POSITION",
     "RELEASE",
     "UNDISPATCH",
+    "WAITING_QUOTA",
 ]
 
 _ACTIVE: Final = sql_list(ACTIVE)
@@ -166,4 +167,17 @@ WITH RECURSIVE me AS (
 )
 SELECT mine.n + others.n + queued.n AS ahead, mine.n >= %(cap)s AS capped
 FROM me, mine, others, queued
+"""
+
+# Before a job asks: its principal's other jobs of its queue waiting for input, and the limit
+# (the principal's override, else ``max_waiting``; 0: none). Concurrent asks may overshoot by a
+# few: it bounds a noisy caller, it is not an invariant.
+WAITING_QUOTA: Final[LiteralString] = """
+SELECT COALESCE(l.max_waiting_inputs, %(max_waiting)s) AS max_waiting,
+       (SELECT count(*) FROM mcp_tasks w
+        WHERE w.queue = t.queue AND w.owner = t.owner AND w.status = 'input_required'
+          AND w.task_id <> t.task_id) AS waiting,
+       t.queue
+FROM mcp_tasks t LEFT JOIN mcp_principal_limits l ON l.principal = t.owner
+WHERE t.task_id = %(task_id)s
 """

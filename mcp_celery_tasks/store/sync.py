@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import RowFactory, class_row, dict_row
 from psycopg.types.json import Jsonb
 
-from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.errors import InfrastructureError, TooManyWaiting
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, backlog, queries
 from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputRecord
@@ -134,7 +134,13 @@ class WorkerStore:
         items: Sequence[dict[str, Any]],
         supersede: Sequence[str] = (),
     ) -> bool:
-        """Insert input rows, set the inbox and ``input_required`` at once; False if not ours."""
+        """Insert input rows, set the inbox and ``input_required`` at once; False if not ours.
+
+        Raises ``TooManyWaiting`` (a tool error) when the task's principal already has its most
+        jobs of this queue waiting for input (``max_waiting_inputs_per_principal``): fair
+        dispatch stops releasing such a principal's jobs, this catches the ones it had already
+        released, so unanswered questions cannot hold every slot of a queue."""
+        self._check_waiting_quota(task_id)
         params = {
             "task_id": task_id,
             "worker": worker,
@@ -143,6 +149,16 @@ class WorkerStore:
             "supersede": list(supersede),
         }
         return bool(self._fetch(queries.OPEN_INPUTS, params))
+
+    def _check_waiting_quota(self, task_id: str) -> None:
+        params = {"task_id": task_id, "max_waiting": self._settings.max_waiting_inputs_per_principal}
+        rows = self._fetch(backlog.WAITING_QUOTA, params)
+        if rows and 0 < rows[0]["max_waiting"] <= rows[0]["waiting"]:
+            limit, queue = rows[0]["max_waiting"], rows[0]["queue"]
+            raise TooManyWaiting(
+                f"Too many of your tasks are waiting for input in queue {queue!r} (at most {limit}): "
+                "answer or cancel one of them, then call again"
+            )
 
     def input_state(self, task_id: str, worker: str, keys: Sequence[str]) -> tuple[bool, dict[str, Any]]:
         """(still active and ours, the answers recorded so far for ``keys``)."""

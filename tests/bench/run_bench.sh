@@ -154,6 +154,10 @@ seg_ours() {
   envs+=(MCP_TASKS_DATABASE_URL="$OURS_DB_URL" MCP_TASKS_BROKER_URL="$OURS_BROKER"
          MCP_TASKS_DEFAULT_QUEUE="$OURS_QUEUE" MCP_TASKS_TOOL_MODULES='["tests.fixtures.bench"]'
          PYTHONPATH="$ROOT")
+  # One principal measured at full speed: the per-principal quotas are off (0 = no limit), as
+  # they are for the peer. Fair dispatch stays on (it is how jobs reach the broker).
+  envs+=(MCP_TASKS_CREATES_PER_SECOND_PER_PRINCIPAL=0 MCP_TASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL=0
+         MCP_TASKS_MAX_CONCURRENT_REQUESTS_PER_PRINCIPAL=0 MCP_TASKS_MAX_WAITING_INPUTS_PER_PRINCIPAL=0)
   local extra
   read -r -a extra <<< "$OURS_ENV"
   envs+=("${extra[@]}")

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from mcp_celery_tasks.errors import TooManyWaiting
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore
 from tests.integration.conftest import Db
@@ -164,3 +165,36 @@ async def test_queue_position_estimates_the_jobs_ahead_round_robin(api: ApiStore
     assert await api.queue_position(bob[1].task_id) == (0 + 1 + 1 + 3, False)
     assert await api.queue_position(alice[0].task_id) is None  # already published
     assert await api.queue_position(carol[9].task_id, cap=5) == (5 + 5 + 1 + 3, True)
+
+
+ITEM = {"key": "k", "method": "elicitation/create", "params": {}, "params_hash": "h"}
+
+
+async def test_an_input_request_over_the_principal_s_waiting_limit_is_a_tool_error(
+    api: ApiStore, fair_settings: Settings
+) -> None:
+    # Jobs released before the first question was asked may ask too: the ask itself is refused
+    # past the limit (the call ends isError), so they cannot hold every slot of the queue.
+    store = WorkerStore(fair_settings.model_copy(update={"max_waiting_inputs_per_principal": 1}))
+    try:
+        first, second = await backlog(api, ALICE, 2)
+        (other_queue,) = await backlog(api, ALICE, 1, queue="gpu")
+        (bobs,) = await backlog(api, BOB, 1)
+        for record in (first, second, other_queue, bobs):
+            store.release_jobs(record.queue, 4, 0)
+            assert store.claim(record.job_id, "host:1:aaaa", LEASE_S) is not None
+        assert store.open_inputs(first.task_id, "host:1:aaaa", "inbox", [ITEM])
+        # Asking again while it already waits (a re-run) is not counted against itself.
+        assert store.open_inputs(first.task_id, "host:1:aaaa", "inbox", [ITEM])
+
+        with pytest.raises(TooManyWaiting, match=r"at most 1\b"):
+            store.open_inputs(second.task_id, "host:1:aaaa", "inbox", [ITEM])
+        assert (await api.get_task(second.task_id, ALICE)).status == "working"  # type: ignore[union-attr]
+        # Other queues and other principals have their own count.
+        assert store.open_inputs(other_queue.task_id, "host:1:aaaa", "inbox", [ITEM])
+        assert store.open_inputs(bobs.task_id, "host:1:aaaa", "inbox", [ITEM])
+        # An admin override lets alice have two.
+        store.set_principal_limits(ALICE, max_waiting_inputs=2)
+        assert store.open_inputs(second.task_id, "host:1:aaaa", "inbox", [ITEM])
+    finally:
+        store.close()
