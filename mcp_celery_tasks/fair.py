@@ -7,7 +7,7 @@ publish, put back what the broker refused.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
@@ -26,14 +26,16 @@ def release_and_publish(
     publish: Publish,
     *,
     trace_headers: dict[str, dict[str, str]] | None = None,
+    queues: Collection[str] | None = None,
 ) -> tuple[int, bool]:
-    """One fair pass over every queue with a backlog: release, publish, put back what failed.
+    """One fair pass over ``queues`` (default: every queue with a backlog): release, publish,
+    put back what failed.
 
     ``publish(job_id, queue, headers)`` raises when the broker refuses. Returns (jobs published,
-    whether a backlog still waits). Store errors propagate (``InfrastructureError``)."""
+    whether a backlog may still wait). Store errors propagate (``InfrastructureError``)."""
     published = 0
     waiting = False
-    for queue in store.backlog_queues():
+    for queue in store.backlog_queues() if queues is None else sorted(queues):
         released = store.release_jobs(
             queue, settings.dispatch_ahead, settings.max_waiting_inputs_per_principal
         )
@@ -53,7 +55,8 @@ def release_and_publish(
             store.undispatch(failed)
             store.broker_down(True)
             raise BrokerUnavailable(f"{len(failed)} jobs of {queue} went back to the backlog")
-        waiting = True  # the queue had a backlog; more of it may be left
+        # The queue had a backlog (a hinted queue: more than it had room for).
+        waiting = waiting or queues is None or len(released) >= settings.dispatch_ahead
     return published, waiting
 
 

@@ -52,9 +52,14 @@ class FairPublisher:
         self._store = WorkerStore(settings, application_name="mcp-celery-tasks-dispatch")
         self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_reset_seconds)
         self._poke = threading.Event()
+        self._hinted: set[str] = set()
+        self._everything = True
+        """The next pass looks at every queue (a status changed, or the timer), not only the
+        queues jobs were just created in."""
         self._stopping = False
         self._headers: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._headers_lock = threading.Lock()
+        """Guards the trace headers, the queue hints and ``_everything``."""
         self._broker_down: bool | None = None
         self._thread = threading.Thread(target=self._loop, name="mcp-fair-dispatch", daemon=True)
         self.published = 0
@@ -72,8 +77,9 @@ class FairPublisher:
     # ---- the Publisher protocol (called from the event loop: never blocks) -----------------------
 
     def publish_job(self, job_id: str, queue_name: str, headers: dict[str, str] | None = None) -> None:
-        if headers:
-            with self._headers_lock:
+        with self._headers_lock:
+            self._hinted.add(queue_name)
+            if headers:
                 self._headers[job_id] = headers
                 while len(self._headers) > _MAX_HEADERS:
                     self._headers.popitem(last=False)
@@ -90,6 +96,8 @@ class FairPublisher:
 
     def poke(self) -> None:
         """A task changed status somewhere: a slot may be free (thread-safe, never blocks)."""
+        with self._headers_lock:
+            self._everything = True
         self._poke.set()
 
     # ---- the thread ------------------------------------------------------------------------
@@ -97,7 +105,9 @@ class FairPublisher:
     def _loop(self) -> None:
         tick = _IDLE_TICK_S
         while not self._stopping:
-            self._poke.wait(tick)
+            if not self._poke.wait(tick):
+                with self._headers_lock:
+                    self._everything = True  # the timer: every queue
             self._poke.clear()
             if self._stopping:
                 return
@@ -110,10 +120,13 @@ class FairPublisher:
         try:
             with self._headers_lock:
                 headers = dict(self._headers)
+                hinted, self._hinted = self._hinted, set()
+                queues = None if self._everything else hinted
+                self._everything = False
             offered = set(headers)
             try:
                 published, waiting = release_and_publish(
-                    self._store, self._settings, self._publish, trace_headers=headers
+                    self._store, self._settings, self._publish, trace_headers=headers, queues=queues
                 )
             finally:
                 self._forget_headers(offered - set(headers))

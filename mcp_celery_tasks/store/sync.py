@@ -336,9 +336,12 @@ class WorkerStore:
         """Mark the next jobs of ``queue`` published, round-robin by principal, so that at most
         ``ahead`` wait in the broker (``store.backlog.RELEASE``); the caller publishes them."""
         params = {"queue": queue, "ahead": ahead, "max_waiting": max_waiting}
-        with self._connection() as conn, conn.transaction():
-            conn.execute(backlog.LOCK_QUEUE, params)
-            rows = conn.execute(backlog.RELEASE, params).fetchall()
+        # One round trip: BEGIN, the queue's lock, the release and COMMIT are pipelined.
+        with self._connection() as conn, conn.pipeline():
+            with conn.transaction():
+                conn.execute(backlog.LOCK_QUEUE, params)
+                cursor = conn.execute(backlog.RELEASE, params)
+            rows = cursor.fetchall()
         return [(row["job_id"], row["queue"]) for row in rows]
 
     def undispatch(self, job_ids: Sequence[str]) -> int:
