@@ -7,7 +7,7 @@ publish, put back what the broker refused.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
@@ -26,10 +26,10 @@ def release_and_publish(
     publish: Publish,
     *,
     trace_headers: dict[str, dict[str, str]] | None = None,
-    queues: Collection[str] | None = None,
+    queues: Mapping[str, int] | None = None,
 ) -> tuple[int, bool]:
-    """One fair pass over ``queues`` (default: every queue with a backlog): release, publish,
-    put back what failed.
+    """One fair pass over ``queues`` (queue -> jobs just created there; default: every queue
+    with a backlog): release, publish, put back what failed.
 
     ``publish(job_id, queue, headers)`` raises when the broker refuses. Returns (jobs published,
     whether a backlog may still wait). Store errors propagate (``InfrastructureError``)."""
@@ -55,8 +55,10 @@ def release_and_publish(
             store.undispatch(failed)
             store.broker_down(True)
             raise BrokerUnavailable(f"{len(failed)} jobs of {queue} went back to the backlog")
-        # The queue had a backlog (a hinted queue: more than it had room for).
-        waiting = waiting or queues is None or len(released) >= settings.dispatch_ahead
+        # The queue had a backlog; a hinted queue, when fewer jobs left than were just created
+        # there (no room) or as many as it had room for (more may wait).
+        left = len(released)
+        waiting = waiting or queues is None or left < queues[queue] or left >= settings.dispatch_ahead
     return published, waiting
 
 

@@ -52,7 +52,11 @@ class FairPublisher:
         self._store = WorkerStore(settings, application_name="mcp-celery-tasks-dispatch")
         self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_reset_seconds)
         self._poke = threading.Event()
-        self._hinted: set[str] = set()
+        self._hinted: dict[str, int] = {}
+        self._backlog_seen = True
+        """The last passes left a backlog somewhere (or could not tell): status changes then
+        wake a pass, since a freed slot is the backlog's turn. Without a backlog they do not
+        (one query per finished job saved); the timer still looks every second."""
         self._everything = True
         """The next pass looks at every queue (a status changed, or the timer), not only the
         queues jobs were just created in."""
@@ -78,7 +82,7 @@ class FairPublisher:
 
     def publish_job(self, job_id: str, queue_name: str, headers: dict[str, str] | None = None) -> None:
         with self._headers_lock:
-            self._hinted.add(queue_name)
+            self._hinted[queue_name] = self._hinted.get(queue_name, 0) + 1
             if headers:
                 self._headers[job_id] = headers
                 while len(self._headers) > _MAX_HEADERS:
@@ -97,6 +101,8 @@ class FairPublisher:
     def poke(self) -> None:
         """A task changed status somewhere: a slot may be free (thread-safe, never blocks)."""
         with self._headers_lock:
+            if not self._backlog_seen:
+                return
             self._everything = True
         self._poke.set()
 
@@ -120,7 +126,7 @@ class FairPublisher:
         try:
             with self._headers_lock:
                 headers = dict(self._headers)
-                hinted, self._hinted = self._hinted, set()
+                hinted, self._hinted = self._hinted, {}
                 queues = None if self._everything else hinted
                 self._everything = False
             offered = set(headers)
@@ -131,13 +137,18 @@ class FairPublisher:
             finally:
                 self._forget_headers(offered - set(headers))
         except BrokerUnavailable as exc:
+            self._backlog_seen = True
             self.breaker.failure()
             self._broker_down = True
             logger.warning("fair dispatch: %s (breaker %s)", exc, self.breaker.state)
             return _BUSY_TICK_S * 10
         except InfrastructureError:
+            self._backlog_seen = True
             logger.warning("fair dispatch: the task database is unavailable", exc_info=True)
             return _IDLE_TICK_S
+        with self._headers_lock:
+            # An everything pass knows; a hinted one only adds what it left behind.
+            self._backlog_seen = waiting if queues is None else self._backlog_seen or waiting
         self.published += published
         if published and self._broker_down is not False:
             self.breaker.success()

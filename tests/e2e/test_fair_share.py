@@ -201,8 +201,11 @@ def test_bob_is_served_promptly_while_alice_floods_the_pool(fair_stack: FairStac
     # on such a machine: idle 6-12 ms, noisy 6-35 ms, swinging with the machine's load); what
     # this guards against is the regressions (waiters polling: p95 22 ms -> 1.44 s;
     # bodies parsed without a budget: tools/list 22.5 s).
-    for noisy_p99 in (waited_p99, busy_p99):
-        assert noisy_p99 <= max(2 * idle_p99, idle_p99 + 0.050), (idle_p99, waited_p99, busy_p99)
+    assert waited_p99 <= max(2 * idle_p99, idle_p99 + 0.050), (idle_p99, waited_p99, busy_p99)
+    # Reading 1 MB bodies takes the API's CPU, which it shares here with the senders: on a loaded
+    # 2-core machine bob's p99 rose to 20-80 ms with them (idle 6-25 ms). Bounded, not 2x: the
+    # bytes a client may send per second are the reverse proxy's to limit (deploy/nginx.conf).
+    assert busy_p99 <= max(2 * idle_p99, idle_p99 + 0.100), (idle_p99, waited_p99, busy_p99)
 
     # ---- phase 2: questions left unanswered ------------------------------------------------
     for task_id in flood:
