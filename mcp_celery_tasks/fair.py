@@ -27,15 +27,20 @@ def release_and_publish(
     *,
     trace_headers: dict[str, dict[str, str]] | None = None,
     queues: Mapping[str, int] | None = None,
+    backlogged: set[str] | None = None,
 ) -> tuple[int, bool]:
     """One fair pass over ``queues`` (queue -> jobs just created there; default: every queue
     with a backlog): release, publish, put back what failed.
 
     ``publish(job_id, queue, headers)`` raises when the broker refuses. Returns (jobs published,
-    whether a backlog may still wait). Store errors propagate (``InfrastructureError``)."""
+    whether a backlog may still wait). Store errors propagate (``InfrastructureError``).
+    ``backlogged`` is kept up to date with the queues left with a backlog."""
     published = 0
     waiting = False
-    for queue in store.backlog_queues() if queues is None else sorted(queues):
+    scanned = store.backlog_queues() if queues is None else sorted(queues)
+    if backlogged is not None and queues is None:
+        backlogged.clear()
+    for queue in scanned:
         released = store.release_jobs(
             queue, settings.dispatch_ahead, settings.max_waiting_inputs_per_principal
         )
@@ -58,7 +63,10 @@ def release_and_publish(
         # The queue had a backlog; a hinted queue, when fewer jobs left than were just created
         # there (no room) or as many as it had room for (more may wait).
         left = len(released)
-        waiting = waiting or queues is None or left < queues[queue] or left >= settings.dispatch_ahead
+        more = queues is None or left < queues[queue] or left >= settings.dispatch_ahead
+        waiting = waiting or more
+        if backlogged is not None and more:
+            backlogged.add(queue)  # only a scan (``queues`` None) forgets one
     return published, waiting
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -37,6 +38,10 @@ _IDLE_TICK_S = 1.0
 """Between passes when no backlog waits (a missed NOTIFY costs at most this)."""
 _BUSY_TICK_S = 0.1
 """Between passes while a backlog waits for room in the broker."""
+_STILL_BACKLOGGED = 1 << 62
+"""A known backlog counts as more jobs than any pass releases: only a scan says it is gone."""
+_COALESCE_S = 0.002
+"""After a wake-up, so that a burst of creates or finished jobs makes one pass."""
 _MAX_HEADERS = 10_000
 """Trace headers kept for jobs still in the backlog (older ones publish without a trace)."""
 
@@ -58,8 +63,11 @@ class FairPublisher:
         wake a pass, since a freed slot is the backlog's turn. Without a backlog they do not
         (one query per finished job saved); the timer still looks every second."""
         self._everything = True
-        """The next pass looks at every queue (a status changed, or the timer), not only the
-        queues jobs were just created in."""
+        """The next pass looks at every queue with a backlog (the timer), not only the queues
+        jobs were just created in or that had a backlog at the last look (a status change)."""
+        self._rescan = True
+        self._scanned_at = 0.0
+        self._backlogged: set[str] = set()
         self._stopping = False
         self._headers: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._headers_lock = threading.Lock()
@@ -111,9 +119,12 @@ class FairPublisher:
     def _loop(self) -> None:
         tick = _IDLE_TICK_S
         while not self._stopping:
-            if not self._poke.wait(tick):
+            woken = self._poke.wait(tick)
+            if not woken or time.monotonic() - self._scanned_at >= _IDLE_TICK_S:
                 with self._headers_lock:
-                    self._everything = True  # the timer: every queue
+                    self._everything = self._rescan = True  # every queue, at least once a second
+            if woken:
+                time.sleep(_COALESCE_S)  # a burst of creates or finished jobs: one pass
             self._poke.clear()
             if self._stopping:
                 return
@@ -127,12 +138,22 @@ class FairPublisher:
             with self._headers_lock:
                 headers = dict(self._headers)
                 hinted, self._hinted = self._hinted, {}
-                queues = None if self._everything else hinted
-                self._everything = False
+                queues: dict[str, int] | None = hinted
+                if self._rescan:
+                    queues = None
+                    self._scanned_at = time.monotonic()
+                elif self._everything:  # the queues that had a backlog (until the next scan)
+                    queues = {**hinted, **dict.fromkeys(self._backlogged, _STILL_BACKLOGGED)}
+                self._everything = self._rescan = False
             offered = set(headers)
             try:
                 published, waiting = release_and_publish(
-                    self._store, self._settings, self._publish, trace_headers=headers, queues=queues
+                    self._store,
+                    self._settings,
+                    self._publish,
+                    trace_headers=headers,
+                    queues=queues,
+                    backlogged=self._backlogged,
                 )
             finally:
                 self._forget_headers(offered - set(headers))

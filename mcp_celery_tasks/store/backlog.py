@@ -22,6 +22,7 @@ from mcp_celery_tasks.lifecycle import ACTIVE, sql_list
 __all__ = [
     "BACKLOG_QUEUES",
     "LOCK_QUEUE",
+    "LOCK_WAITING",
     "QUEUED_COUNTS",
     "QUEUE_POSITION",
     "RELEASE",
@@ -169,9 +170,15 @@ SELECT mine.n + others.n + queued.n AS ahead, mine.n >= %(cap)s AS capped
 FROM me, mine, others, queued
 """
 
+# Asks of one principal in one queue, one at a time (with the check and the ask in one
+# transaction): two jobs asking at once must not both see the other not yet waiting.
+LOCK_WAITING: Final[LiteralString] = """
+SELECT pg_advisory_xact_lock(hashtext('mcp-waiting:' || owner || ':' || queue))
+FROM mcp_tasks WHERE task_id = %(task_id)s
+"""
+
 # Before a job asks: its principal's other jobs of its queue waiting for input, and the limit
-# (the principal's override, else ``max_waiting``; 0: none). Concurrent asks may overshoot by a
-# few: it bounds a noisy caller, it is not an invariant.
+# (the principal's override, else ``max_waiting``; 0: none).
 WAITING_QUOTA: Final[LiteralString] = """
 SELECT COALESCE(l.max_waiting_inputs, %(max_waiting)s) AS max_waiting,
        (SELECT count(*) FROM mcp_tasks w

@@ -140,25 +140,24 @@ class WorkerStore:
         jobs of this queue waiting for input (``max_waiting_inputs_per_principal``): fair
         dispatch stops releasing such a principal's jobs, this catches the ones it had already
         released, so unanswered questions cannot hold every slot of a queue."""
-        self._check_waiting_quota(task_id)
         params = {
             "task_id": task_id,
             "worker": worker,
             "inbox": inbox,
             "items": Jsonb(list(items)),
             "supersede": list(supersede),
+            "max_waiting": self._settings.max_waiting_inputs_per_principal,
         }
-        return bool(self._fetch(queries.OPEN_INPUTS, params))
-
-    def _check_waiting_quota(self, task_id: str) -> None:
-        params = {"task_id": task_id, "max_waiting": self._settings.max_waiting_inputs_per_principal}
-        rows = self._fetch(backlog.WAITING_QUOTA, params)
-        if rows and 0 < rows[0]["max_waiting"] <= rows[0]["waiting"]:
-            limit, queue = rows[0]["max_waiting"], rows[0]["queue"]
-            raise TooManyWaiting(
-                f"Too many of your tasks are waiting for input in queue {queue!r} (at most {limit}): "
-                "answer or cancel one of them, then call again"
-            )
+        with self._connection() as conn, conn.transaction():
+            conn.execute(backlog.LOCK_WAITING, params)
+            quota = conn.execute(backlog.WAITING_QUOTA, params).fetchall()
+            if quota and 0 < quota[0]["max_waiting"] <= quota[0]["waiting"]:
+                limit, queue = quota[0]["max_waiting"], quota[0]["queue"]
+                raise TooManyWaiting(
+                    f"Too many of your tasks are waiting for input in queue {queue!r} (at most "
+                    f"{limit}): answer or cancel one of them, then call again"
+                )
+            return bool(conn.execute(queries.OPEN_INPUTS, params).fetchall())
 
     def input_state(self, task_id: str, worker: str, keys: Sequence[str]) -> tuple[bool, dict[str, Any]]:
         """(still active and ours, the answers recorded so far for ``keys``)."""
