@@ -155,7 +155,8 @@ def top(
     def screen(caption: str) -> Any:
         with friendly_errors(settings):
             active, failures = store.admin_summary()
-        return summary_view(active, failures, caption)
+            principals = store.admin_principals()
+        return summary_view(active, failures, caption, principals)
 
     if once:
         console.print(screen(""))
@@ -180,6 +181,11 @@ def show_task(ref: RefArg, as_json: JsonOpt = False) -> None:
     if found is None:  # purged in between
         fail(f"no task or job {ref!r}", EXIT_NOT_FOUND)
     row, inputs = found
+    if row["status"] == "working" and row.get("dispatched_at") is None:
+        with friendly_errors(settings):
+            position = store.queue_position(row["task_id"])
+        if position is not None:
+            row["place_in_line"] = f"{position[0]}{'+' if position[1] else ''} jobs ahead (fair backlog)"
     if as_json:
         typer.echo(json.dumps({"task": row, "inputs": inputs}, default=fmt, indent=2))
         return

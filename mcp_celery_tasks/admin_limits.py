@@ -31,7 +31,8 @@ limits_app = typer.Typer(
 )
 console = Console()
 
-COLUMNS = ("max_active_tasks", "creates_per_second", "create_burst", "max_concurrent_requests", "note")
+COLUMNS = ("max_active_tasks", "creates_per_second", "create_burst", "max_concurrent_requests",
+           "max_waiting_inputs", "note")  # fmt: skip
 T = TypeVar("T")
 
 
@@ -75,13 +76,19 @@ def set_limits(
     concurrent: Annotated[
         int | None, typer.Option(metavar="N", min=0, help="Requests in progress at once")
     ] = None,
+    waiting: Annotated[
+        int | None,
+        typer.Option(metavar="N", min=0, help="Jobs waiting for input per queue before dispatch pauses"),
+    ] = None,
     note: Annotated[str | None, typer.Option(metavar="TEXT", help="Why (shown by ls)")] = None,
 ) -> None:
     """Override some of a principal's limits (the others stay as they are)."""
     values = {"max_active_tasks": max_active, "creates_per_second": rate, "create_burst": burst,
-              "max_concurrent_requests": concurrent, "note": note}  # fmt: skip
+              "max_concurrent_requests": concurrent, "max_waiting_inputs": waiting, "note": note}  # fmt: skip
     if all(value is None for value in values.values()):
-        fail("give at least one of --max-active, --rate, --burst, --concurrent, --note", EXIT_USAGE)
+        fail(
+            "give at least one of --max-active, --rate, --burst, --concurrent, --waiting, --note", EXIT_USAGE
+        )
     _with_store(lambda store: store.set_principal_limits(principal, **values))
     typer.echo(f"limits of {principal} set (API processes pick them up within 10 s)")
 

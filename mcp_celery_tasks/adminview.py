@@ -16,7 +16,7 @@ from typing import Any
 from rich import box
 from rich.console import Console, Group
 from rich.measure import Measurement
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 __all__ = ["LsLayout", "fmt", "ls_table", "natural_width", "show_table", "status_cell", "summary_view"]
@@ -132,15 +132,32 @@ def ls_table(rows: Sequence[dict[str, Any]], console: Console, *, wide: bool) ->
     return table, layout  # narrower than an id: the terminal wraps it, rich never cuts it
 
 
-def summary_view(active: list[dict[str, Any]], failures: list[dict[str, Any]], caption: str) -> Group:
-    """The ``top`` screen: active tasks per queue and tool, then the latest failures."""
+def summary_view(
+    active: list[dict[str, Any]],
+    failures: list[dict[str, Any]],
+    caption: str,
+    principals: list[dict[str, Any]] | None = None,
+) -> Group:
+    """The ``top`` screen: active tasks per queue and tool, fair dispatch per principal, then the
+    latest failures."""
     table = Table(
-        "queue", "tool", "running", "queued", "waiting for input", "stopping", "longest", title="active tasks"
-    )
+        "queue", "tool", "running", "queued", "backlog", Column("waiting for input", no_wrap=True),
+        "stopping", "longest", title="active tasks (queued: in the broker; backlog: waiting its turn)",
+    )  # fmt: skip
     for row in active:
         table.add_row(
-            row["queue"], row["tool"], str(row["running"]), str(row["queued"]),
+            row["queue"], row["tool"], str(row["running"]), str(row["queued"]), str(row.get("backlog", 0)),
             str(row["waiting_for_input"]), str(row["stopping"]), fmt(row["longest"]),
+        )  # fmt: skip
+    shares = Table(
+        "queue", Column("principal", no_wrap=True, min_width=11), "running", "queued", "backlog",
+        Column("waiting for input", no_wrap=True), "waited",
+        title="per principal (fair dispatch)",
+    )  # fmt: skip
+    for row in principals or []:
+        shares.add_row(
+            row["queue"], row["owner"], str(row["running"]), str(row["queued"]), str(row["backlog"]),
+            str(row["waiting_for_input"]), fmt(row["oldest_waiting"]),
         )  # fmt: skip
     failed = Table("job", "tool", "when", "kind", "error", title="recent failures")
     for row in failures:
@@ -151,14 +168,14 @@ def summary_view(active: list[dict[str, Any]], failures: list[dict[str, Any]], c
             row.get("error_kind") or "",
             (row["last_error"] or "")[:70],
         )
-    return Group(table, failed, Text(caption, style="dim"))
+    return Group(table, shares, failed, Text(caption, style="dim"))
 
 
 SHOW_FIELDS = (
     "task_id", "job_id", "display_status", "tool_name", "owner", "queue", "status_message",
-    "created_at", "started_at", "finished_at", "wait_before_start", "runtime", "attempts",
-    "max_attempts", "worker", "lease_until", "expires_at", "arguments", "preflight", "result", "error",
-    "error_kind", "error_message", "stop_reason",
+    "place_in_line", "created_at", "dispatched_at", "started_at", "finished_at", "wait_before_start",
+    "runtime", "attempts", "max_attempts", "worker", "lease_until", "expires_at", "arguments",
+    "preflight", "result", "error", "error_kind", "error_message", "stop_reason",
 )  # fmt: skip
 
 

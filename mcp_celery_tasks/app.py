@@ -19,6 +19,7 @@ from mcp_celery_tasks.celery_app import default_queue, load_app
 from mcp_celery_tasks.channel import CircuitBreaker, Publisher
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.events import TaskEvents
+from mcp_celery_tasks.outbox import FairPublisher
 from mcp_celery_tasks.registry import load_tool_modules
 from mcp_celery_tasks.sealing import Sealer
 from mcp_celery_tasks.service import Services, TaskService
@@ -54,15 +55,19 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
         breaker=CircuitBreaker(settings.breaker_failures, settings.breaker_reset_seconds),
     )
     publisher.start()
+    # Jobs go out through the fair publisher (the backlog waits in Postgres); wake-ups and
+    # revokes through the broker thread.
+    fair = FairPublisher(celery, settings, publisher)
+    events.on_notify(fair.poke)
+    fair.start()
     if not settings.secret_keys:
         logger.warning("MCP_TASKS_SECRET_KEYS is not set: MRTR request states only open in this process")
-    tasks = TaskService(settings, store, events, publisher, default_queue(celery, settings))
+    tasks = TaskService(settings, store, events, fair, default_queue(celery, settings))
     try:
-        yield Services(
-            settings, tasks, store, events, publisher, Sealer(settings.secret_keys), SERVER_VERSION
-        )
+        yield Services(settings, tasks, store, events, fair, Sealer(settings.secret_keys), SERVER_VERSION)
     finally:
         await events.stop()
+        await asyncio.to_thread(fair.stop)
         await asyncio.to_thread(publisher.stop)
         await asyncio.to_thread(marker.close)
         await store.close()

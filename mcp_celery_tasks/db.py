@@ -101,6 +101,23 @@ tasks = Table(
         postgresql_where=text(f"status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"),
     ),
     Index("ix_mcp_tasks_undispatched", "created_at", postgresql_where=text("dispatched_at IS NULL")),
+    # The fair publisher: the backlog per queue and principal, oldest first; the in-flight set.
+    Index(
+        "ix_mcp_tasks_backlog",
+        "queue",
+        "owner",
+        "created_at",
+        "task_id",
+        postgresql_where=text(f"dispatched_at IS NULL AND status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"),
+    ),
+    Index(
+        "ix_mcp_tasks_inflight",
+        "queue",
+        "owner",
+        postgresql_where=text(
+            f"dispatched_at IS NOT NULL AND status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"
+        ),
+    ),
     Index(
         "ix_mcp_tasks_owner_active",
         "owner",

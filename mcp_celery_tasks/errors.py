@@ -54,6 +54,7 @@ __all__ = [
     "QuotaExceeded",
     "SoftTimeLimitExceeded",
     "TaskCancelled",
+    "TooManyWaiting",
     "ToolError",
     "UnsupportedVersion",
     "WorkerStopping",
@@ -205,6 +206,12 @@ class InputNotSupported(ToolError):
     def __init__(self, message: str, capability: str | None = None) -> None:
         super().__init__(message)
         self.capability = capability
+
+
+class TooManyWaiting(ToolError):
+    """The principal already has ``max_waiting_inputs`` jobs of this queue blocked on input: this
+    input request is refused (the call ends with ``isError: true``), so unanswered questions
+    never hold every worker slot of a queue. Answer or cancel a waiting task, then call again."""
 
 
 class McpError(McpTasksError):

@@ -38,6 +38,7 @@ class TaskEvents:
         self._poller: asyncio.Task[None] | None = None
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._on_notify: list[Callable[[], object]] = []
         self.connected = False
         self.rereads = 0
         """Batched re-read queries so far (tests and benchmarks count them)."""
@@ -52,6 +53,11 @@ class TaskEvents:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    def on_notify(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` (thread-safe, quick) on every status transition of any task, and
+        after a reconnect (the fair publisher: a slot may be free)."""
+        self._on_notify.append(callback)
 
     @property
     def watched(self) -> int:
@@ -172,6 +178,8 @@ class TaskEvents:
                     self.connected = True
                     backoff = 0.1
                     self._wake(task_id)
+                    for callback in self._on_notify:
+                        callback()
             except InfrastructureError:
                 logger.warning("task event listener lost its connection; reconnecting", exc_info=True)
             self.connected = False

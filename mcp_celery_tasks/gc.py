@@ -13,8 +13,10 @@ from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks import metrics
 from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.fair import BrokerUnavailable, release_and_publish
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
+from mcp_celery_tasks.store.queries import BROKER_DOWN_JOB
 
 __all__ = ["collect_garbage", "gc_overdue", "sweep"]
 
@@ -70,27 +72,74 @@ def sweep(
     queue_depth: QueueDepth,
     limit: int = 500,
 ) -> int:
-    """Publish rows still undispatched after ``undispatched_after_seconds`` (the outbox: a crash
-    or an outage between commit and publish); fail those that could not be published for
-    ``undispatched_fail_after_seconds``; re-publish published jobs no worker started (lost on
-    the way, see ``_unstarted``) and active rows whose lease ran out (their worker died). A
-    job that is merely queued behind others is never touched. Cancelled tasks nobody runs any
-    more stop showing as ``stopping``."""
+    """The outbox's safety net, each part bounded; returns how many jobs it published:
+
+    - a fair pass over every queue's backlog (``outbox.release_and_publish``): the API runs it
+      on every change, this covers an API that is down or crashed;
+    - lost broker messages (``_lost``): when a queue holds fewer messages than its published
+      jobs no worker holds, the missing ones are published again, oldest first, each at most
+      once per ``republish_idle_queue_after_seconds``; a job merely queued is never touched;
+    - lost leases: an active job whose worker died is handed back to the queue once;
+    - jobs still in the backlog after the broker was unreachable for
+      ``undispatched_fail_after_seconds`` fail with a clear error (waiting alone never fails);
+    - cancelled tasks nobody runs any more stop showing as ``stopping``.
+
+    A sweep that cannot reach the database is remembered: the next one holds back lost-lease
+    reclaims (see ``_leases_trustworthy``).
+    """
     global _missed
     try:
-        republished = _sweep(store, publish_job, settings, queue_depth, limit)
+        published = _sweep(store, publish_job, settings, queue_depth, limit)
     except InfrastructureError:
         _missed = True  # this sweep could not reach the database: remembered for the next one
         raise
     ended = store.end_unattended_stops()
     if ended:
         logger.info("%d cancelled tasks whose job nobody runs any more marked stopped", ended)
-    return republished
+    return published
 
 
 def _sweep(
     store: WorkerStore, publish_job: PublishJob, settings: Settings, queue_depth: QueueDepth, limit: int
 ) -> int:
+    _fail_not_queued(store, settings)
+    released = republished = 0
+    try:
+        released, _ = release_and_publish(
+            store, settings, lambda job_id, queue, _headers: publish_job(job_id, queue)
+        )
+        lost = _lost(store, settings, queue_depth, limit)
+        for job_id, queue in lost:
+            publish_job(job_id, queue)
+            republished += 1
+        if _leases_trustworthy(store, settings):
+            for job_id, queue in store.lost_leases(settings.lease_grace_seconds, limit):
+                publish_job(job_id, queue)
+                republished += 1
+    except BrokerUnavailable:
+        logger.warning("the sweeper could not reach the broker", exc_info=True)
+    except InfrastructureError:
+        raise
+    except Exception:
+        # A re-publish failed: the rows stay stamped, so the next period tries again.
+        store.broker_down(True)
+        logger.warning("the sweeper could not publish", exc_info=True)
+    if republished:
+        metrics.sweeper_republished.inc(republished)
+        logger.info("sweeper re-published %d jobs", republished)
+    overdue = gc_overdue(store, settings)
+    if overdue is not None:
+        logger.error("ALARM: the garbage collector has not run for %.0f s; is beat running?", overdue)
+    store.record_run("sweep", released + republished)
+    return released + republished
+
+
+def _fail_not_queued(store: WorkerStore, settings: Settings) -> None:
+    """Fail backlog jobs only when the broker has been unreachable for the whole threshold (as
+    the publishers recorded it): a job waiting its turn in the fair backlog is not failed."""
+    down_for = store.seconds_since_run(BROKER_DOWN_JOB)
+    if down_for is None or down_for < settings.undispatched_fail_after_seconds:
+        return
     failed = store.fail_undispatched(
         settings.undispatched_fail_after_seconds,
         {"code": codes.INTERNAL_ERROR, "message": "The job could not be queued (the broker was unavailable)"},
@@ -98,28 +147,6 @@ def _sweep(
     )
     if failed:
         logger.error("failed %d tasks whose jobs could not be published", failed)
-    republished = 0
-    undispatched = store.undispatched(settings.undispatched_after_seconds, limit)
-    for job_id, queue in undispatched:
-        publish_job(job_id, queue)
-        republished += 1
-    if undispatched:
-        store.mark_dispatched([job_id for job_id, _ in undispatched])
-    for job_id, queue in _unstarted(store, settings, queue_depth, limit):
-        publish_job(job_id, queue)
-        republished += 1
-    if _leases_trustworthy(store, settings):
-        for job_id, queue in store.lost_leases(settings.lease_grace_seconds, limit):
-            publish_job(job_id, queue)
-            republished += 1
-    if republished:
-        metrics.sweeper_republished.inc(republished)
-        logger.info("sweeper re-published %d jobs", republished)
-    overdue = gc_overdue(store, settings)
-    if overdue is not None:
-        logger.error("ALARM: the garbage collector has not run for %.0f s; is beat running?", overdue)
-    store.record_run("sweep", republished)
-    return republished
 
 
 GAP = "sweep-gap"
@@ -155,20 +182,28 @@ def _leases_trustworthy(store: WorkerStore, settings: Settings) -> bool:
     return since_gap is None or since_gap > settings.lease_seconds + settings.lease_grace_seconds
 
 
-def _unstarted(
+def _lost(
     store: WorkerStore, settings: Settings, queue_depth: QueueDepth, limit: int
 ) -> list[tuple[str, str]]:
-    """Published jobs no worker started, each re-stamped so it comes back only a period later.
+    """Published jobs whose message is gone, each re-stamped so it comes back only a period later.
 
-    After ``republish_unstarted_after_seconds`` whatever the queue holds (a broker that lost its
-    data). After ``republish_idle_queue_after_seconds`` when the job's queue holds no waiting
-    message: nothing queues it any more, so the worker that received it lost its connection
-    before starting it. Redis keeps such a message aside until its visibility timeout (12 h);
-    RabbitMQ requeues it, and then the queue is not empty.
+    Fair dispatch keeps few published-but-unstarted jobs per queue, so they can be counted: when
+    the broker holds fewer messages in a queue than that count, the difference was lost (a
+    broker that lost its data, a worker that lost its connection before starting the job; Redis
+    keeps such a message aside until its visibility timeout, RabbitMQ requeues it). The oldest
+    of them, once older than ``republish_idle_queue_after_seconds``, are published again. When
+    the broker cannot be asked, only after ``republish_unstarted_after_seconds``.
     """
-    jobs = store.unstarted(settings.republish_unstarted_after_seconds, limit)
-    idle_after = settings.republish_idle_queue_after_seconds
-    for queue in store.unstarted_queues(idle_after):
-        if queue_depth(queue) == 0:
-            jobs += store.unstarted(idle_after, limit, queue)
+    after = settings.republish_idle_queue_after_seconds
+    jobs: list[tuple[str, str]] = []
+    for queue, (queued, old) in store.queued_counts(after).items():
+        if not old:
+            continue
+        depth = queue_depth(queue)
+        if depth is None:
+            jobs += store.unstarted(settings.republish_unstarted_after_seconds, limit, queue)
+            continue
+        missing = min(queued - depth, old, limit)
+        if missing > 0:
+            jobs += store.unstarted(after, missing, queue)
     return jobs

@@ -107,7 +107,8 @@ _REGISTRY: dict[str, ToolSpec] = {}
 
 
 def _build(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], str | None]:
-    hints = typing.get_type_hints(fn)
+    # include_extras: Annotated[float, Field(le=…)] keeps its bounds (else they vanish silently).
+    hints = typing.get_type_hints(fn, include_extras=True)
     fields: dict[str, Any] = {}
     context_param = None
     for index, param in enumerate(inspect.signature(fn).parameters.values()):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection
@@ -21,7 +22,7 @@ from mcp_celery_tasks import metrics, tracing
 from mcp_celery_tasks.errors import InvalidParams, MissingCapability
 from mcp_celery_tasks.events import TaskEvents
 from mcp_celery_tasks.inputs import validate_response
-from mcp_celery_tasks.lifecycle import INPUT_REQUIRED
+from mcp_celery_tasks.lifecycle import INPUT_REQUIRED, WORKING
 from mcp_celery_tasks.quotas import Quotas
 from mcp_celery_tasks.registry import ToolSpec
 from mcp_celery_tasks.sealing import Sealer
@@ -173,7 +174,19 @@ class TaskService:
         record = await self._store.get_task(task_id, principal)
         if record is None:
             raise InvalidParams(UNKNOWN_TASK)
+        if record.status == WORKING and record.dispatched_at is None:
+            return await self._placed(record)
         return record
+
+    async def _placed(self, record: TaskRecord) -> TaskRecord:
+        """A task still in the fair backlog says its place in line: ``queued: 12 ahead`` (an
+        estimate, ``store.backlog.QUEUE_POSITION``; SEP-2663 lets statusMessage describe any
+        status). Read only for such tasks, so tasks/get stays one read for all others."""
+        position = await self._store.queue_position(record.task_id)
+        if position is None:
+            return record  # published meanwhile
+        ahead, capped = position
+        return dataclasses.replace(record, status_message=f"queued: {ahead}{'+' if capped else ''} ahead")
 
     async def view(self, record: TaskRecord) -> TaskView:
         if record.status != INPUT_REQUIRED:

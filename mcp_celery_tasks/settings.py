@@ -185,6 +185,12 @@ class Settings(BaseSettings):
     -32001 with ``retryAfterMs`` above it). 0: no limit."""
     create_burst_per_principal: int = 100
     """How many creates a principal may make at once before the per-second rate applies."""
+    max_waiting_inputs_per_principal: int = 4
+    """Jobs of one principal that may wait for input in one queue before its other jobs of that
+    queue stop being dispatched (until one is answered, times out or is cancelled): unanswered
+    questions cannot hold every worker slot. Jobs already handed to the broker may still ask, so
+    a principal holds at most this plus ``dispatch_ahead`` waiting jobs per queue. 0: no limit.
+    Per-principal overrides: ``mcp-celery-tasks tasks limits``."""
     max_concurrent_requests_per_principal: int = 128
     """Requests one principal may have in progress at once per API process (HTTP 429 above;
     waiting for a synchronous result is not counted). 0: no limit."""
@@ -290,22 +296,33 @@ class Settings(BaseSettings):
     """Log an error when the collector has not run for this many intervals."""
     sweep_interval_seconds: float = 15.0
     """How often beat runs the sweeper (outbox and lost leases)."""
+    dispatch_ahead: int = 4
+    """Fair dispatch: jobs of one queue handed to the broker ahead of the workers (published, not
+    yet started). The rest of the queue's backlog waits in Postgres and is released round-robin
+    by principal as workers start jobs, so another principal's job waits about one job's run
+    time per worker slot plus this many jobs. Set it near the number of worker slots that
+    consume the queue: lower is fairer, higher keeps fast workers busier."""
     undispatched_after_seconds: float = 30.0
-    """The sweeper publishes jobs still unpublished after this long (a crash or a broker outage
-    between commit and publish)."""
+    """The sweeper also runs the fair publisher's pass for every queue, and re-publishes jobs the
+    API marked published this long ago without a worker starting them and without the broker
+    holding them (a crash between marking and publishing)."""
     undispatched_fail_after_seconds: float = 900.0
-    """A job that could not be published for this long fails its task with a clear error."""
+    """A job still in the backlog after the broker was unreachable for this long (as the
+    publishers and the sweeper saw it) fails its task with a clear error. Waiting in the fair
+    backlog alone never fails a task: the active-tasks quota bounds the backlog."""
     finish_retry_seconds: float = 120.0
     """A worker keeps trying to record a finished job's outcome this long (a database failover)
     before the job is retried from scratch."""
     republish_unstarted_after_seconds: float = 1800.0
-    """A job published this long ago that no worker has started is published again (the broker
-    may have lost it in a failover); a duplicate is harmless, the claim lets one run through."""
+    """Only when the broker cannot say how many messages a queue holds: a job published this
+    long ago that no worker has started is published again (once per this period)."""
     republish_idle_queue_after_seconds: float = 20.0
-    """A job published this long ago that no worker has started is published again, sooner than
-    ``republish_unstarted_after_seconds``, when its queue holds no waiting message: the worker
-    that received it lost its broker connection before starting it (Redis keeps such a message
-    aside until ``redis_visibility_timeout_seconds``). A job queued behind others is left alone."""
+    """Lost broker messages: when a queue holds fewer messages than its published jobs no worker
+    has started (at most ``dispatch_ahead`` plus redeliveries, thanks to fair dispatch), the
+    missing ones are published again once they are this old, oldest first, each at most once
+    per this period (a broker that lost its data, or a worker that lost its connection before
+    starting the job: Redis keeps such a message aside until its visibility timeout). A
+    duplicate is a no-op at the claim."""
     lease_grace_seconds: float = 5.0
     """The sweeper re-publishes an active task whose lease ran out this long ago."""
 

@@ -72,6 +72,7 @@ class MemoryApiStore:
             expires_at=row.expires_at,
             queue=task.queue,
             inbox=row.inbox,
+            dispatched_at=row.created_at,  # no fair backlog here: handed to the broker at once
             db_now=_now(),
         )
 

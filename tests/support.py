@@ -290,6 +290,9 @@ def stack_env(database_url: str, broker_url: str, suffix: str, **extra: str) -> 
             # The suites create tasks as fast as they can from one principal; the quota tests
             # start an API with the rate limit on (tests/e2e/test_quotas.py).
             "MCP_TASKS_CREATES_PER_SECOND_PER_PRINCIPAL": "0",
+            # Likewise, earlier tests leave questions unanswered on the shared stack; the fair
+            # share tests start their own stack with the limit on (tests/e2e/test_fair_share.py).
+            "MCP_TASKS_MAX_WAITING_INPUTS_PER_PRINCIPAL": "0",
             "MCP_EXAMPLES_FILES_ROOT": str(files),
             "MCP_EXAMPLES_MODELS_DIR": str(models),
             "PYTHONUNBUFFERED": "1",

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 import numpy as np
 from numpy.typing import NDArray
+from pydantic import Field
 
 from mcp_celery_tasks import Elicit, FileRoot, TaskContext, ToolError, tool
 
@@ -157,9 +158,9 @@ def _sampled(history: list[float]) -> list[float]:
 def train_model(
     ctx: TaskContext,
     model: str,
-    epochs: int = 20,
-    samples: int = 2000,
-    learning_rate: float = 0.1,
+    epochs: Annotated[int, Field(ge=1, le=MAX_EPOCHS)] = 20,
+    samples: Annotated[int, Field(ge=10, le=MAX_SAMPLES)] = 2000,
+    learning_rate: Annotated[float, Field(gt=0, le=10)] = 0.1,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Train a small MLP classifier on a seeded synthetic dataset and save its weights (npz).
@@ -171,12 +172,6 @@ def train_model(
     root = FileRoot.require_env(MODELS_DIR)
     name = _model_file(model)
     target = str(root.output_path(name))
-    if not 1 <= epochs <= MAX_EPOCHS:
-        raise ToolError(f"epochs must be between 1 and {MAX_EPOCHS}")
-    if not 10 <= samples <= MAX_SAMPLES:
-        raise ToolError(f"samples must be between 10 and {MAX_SAMPLES}")
-    if not 0 < learning_rate <= 10:
-        raise ToolError("learning_rate must be in (0, 10]")
     overwrite = _overwrite_agreed(ctx, name, target)
     # Opened first: a name the models directory refuses is refused before any training.
     with root.atomic_write(name, overwrite=overwrite) as handle:

@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import _rows, queries
+from mcp_celery_tasks.store import _rows, backlog, queries
 from mcp_celery_tasks.store._conninfo import connect_kwargs
 from mcp_celery_tasks.store.records import (
     AnswerOutcome,
@@ -139,6 +139,12 @@ class ApiStore:
     async def get_task(self, task_id: str, owner: str) -> TaskRecord | None:
         rows = await self._rows(queries.GET_TASK, {"task_id": task_id, "owner": owner}, _TASK)
         return rows[0] if rows else None
+
+    async def queue_position(self, task_id: str, cap: int = 500) -> tuple[int, bool] | None:
+        """(jobs ahead, whether the count was capped) of a task still in the fair backlog; None
+        once its job is published. An estimate (``store.backlog.QUEUE_POSITION``)."""
+        rows = await self._fetch(backlog.QUEUE_POSITION, {"task_id": task_id, "cap": cap})
+        return (int(rows[0]["ahead"]), bool(rows[0]["capped"])) if rows else None
 
     async def get_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:
         """Rows for the event hub (ownership is checked by whoever registered the watch)."""

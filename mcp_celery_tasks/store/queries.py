@@ -302,9 +302,10 @@ ORDER BY created_at
 LIMIT %(limit)s
 """
 
-# Published long ago, never started: re-stamped so the next sweep waits as long again.
+# Published long ago and held by no worker (never started, or handed back after a lost lease):
+# re-stamped so the next sweep waits as long again.
 _UNSTARTED_SINCE: Final[LiteralString] = f"""
-    status IN {ACTIVE_SQL} AND started_at IS NULL AND lease_until IS NULL
+    status IN {ACTIVE_SQL} AND lease_until IS NULL
       AND dispatched_at < now() - %(older_than_s)s * interval '1 second'"""
 
 # The queues that hold such jobs (the sweeper asks the broker how many messages wait in each).
@@ -326,11 +327,18 @@ WHERE task_id IN (
 RETURNING job_id, queue
 """
 
+# A lapsed lease (its worker died) is handed back once: the lease cleared and the job stamped
+# as published now, so it counts as queued and the next sweep does not publish it again.
 LOST_LEASES: Final[LiteralString] = f"""
-SELECT job_id, queue FROM mcp_tasks
-WHERE status IN {ACTIVE_SQL} AND lease_until IS NOT NULL AND {_LEASE_LAPSED}
-ORDER BY lease_until
-LIMIT %(limit)s
+UPDATE mcp_tasks SET lease_until = NULL, dispatched_at = now()
+WHERE task_id IN (
+    SELECT task_id FROM mcp_tasks
+    WHERE status IN {ACTIVE_SQL} AND lease_until IS NOT NULL AND {_LEASE_LAPSED}
+    ORDER BY lease_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AND lease_until IS NOT NULL AND {_LEASE_LAPSED}
+RETURNING job_id, queue
 """
 
 # ---- input requests ------------------------------------------------------------------------
@@ -419,18 +427,21 @@ FROM (SELECT 1) AS one LEFT JOIN t ON true
 
 # ---- admin -------------------------------------------------------------------------------
 
+# A job still in the fair backlog says so (its place in line: ``tasks show``).
 ADMIN_LIST: Final[LiteralString] = """
-SELECT task_id, job_id, status, tool, owner, queue, status_message, created_at, age, runtime,
-       attempts, outstanding_inputs, last_error, error_kind
-FROM mcp_tasks_overview
+SELECT o.task_id, o.job_id, o.status, o.tool, o.owner, o.queue,
+       CASE WHEN o.status = 'working' AND t.dispatched_at IS NULL THEN 'queued (fair backlog)'
+            ELSE o.status_message END AS status_message,
+       o.created_at, o.age, o.runtime, o.attempts, o.outstanding_inputs, o.last_error, o.error_kind
+FROM mcp_tasks_overview o JOIN mcp_tasks t USING (task_id)
 -- 'errored' (admins only): completed with isError, a tool error, crash or limit (error_kind).
-WHERE (%(status)s::text IS NULL OR status = %(status)s
-       OR (%(status)s = 'errored' AND status = 'completed' AND error_kind IS NOT NULL))
-  AND (%(tool)s::text IS NULL OR tool = %(tool)s)
-  AND (%(owner)s::text IS NULL OR owner = %(owner)s)
-  AND (%(older_than_s)s::float IS NULL OR created_at < now() - %(older_than_s)s * interval '1 second')
-  AND (%(newer_than_s)s::float IS NULL OR created_at >= now() - %(newer_than_s)s * interval '1 second')
-ORDER BY created_at DESC
+WHERE (%(status)s::text IS NULL OR o.status = %(status)s
+       OR (%(status)s = 'errored' AND o.status = 'completed' AND o.error_kind IS NOT NULL))
+  AND (%(tool)s::text IS NULL OR o.tool = %(tool)s)
+  AND (%(owner)s::text IS NULL OR o.owner = %(owner)s)
+  AND (%(older_than_s)s::float IS NULL OR o.created_at < now() - %(older_than_s)s * interval '1 second')
+  AND (%(newer_than_s)s::float IS NULL OR o.created_at >= now() - %(newer_than_s)s * interval '1 second')
+ORDER BY o.created_at DESC
 LIMIT %(limit)s
 """
 
@@ -486,20 +497,48 @@ INSERT INTO mcp_maintenance (job, last_run_at, last_count) VALUES (%(job)s, now(
 ON CONFLICT (job) DO UPDATE SET last_run_at = now(), last_count = EXCLUDED.last_count
 """
 
+BROKER_DOWN_JOB: Final = "broker-down"
+"""The maintenance row that says since when publishing has failed (absent: the broker is fine)."""
+
+BROKER_DOWN: Final[LiteralString] = """
+INSERT INTO mcp_maintenance (job, last_run_at, last_count) VALUES (%(job)s, now(), 0)
+ON CONFLICT (job) DO NOTHING
+"""
+
+BROKER_UP: Final[LiteralString] = "DELETE FROM mcp_maintenance WHERE job = %(job)s"
+
 SECONDS_SINCE_RUN: Final[LiteralString] = """
 SELECT EXTRACT(EPOCH FROM (now() - last_run_at))::float AS seconds FROM mcp_maintenance WHERE job = %(job)s
 """
 
+# queued: handed to the broker, not started; backlog: waiting in Postgres for its fair turn.
 ADMIN_SUMMARY: Final[LiteralString] = """
-SELECT queue, tool,
-       count(*) FILTER (WHERE status = 'working' AND runtime IS NOT NULL) AS running,
-       count(*) FILTER (WHERE status = 'working' AND runtime IS NULL) AS queued,
+SELECT o.queue, o.tool,
+       count(*) FILTER (WHERE o.status = 'working' AND o.runtime IS NOT NULL) AS running,
+       count(*) FILTER (WHERE o.status = 'working' AND o.runtime IS NULL
+                        AND t.dispatched_at IS NOT NULL) AS queued,
+       count(*) FILTER (WHERE o.status = 'working' AND t.dispatched_at IS NULL) AS backlog,
+       count(*) FILTER (WHERE o.status = 'input_required') AS waiting_for_input,
+       count(*) FILTER (WHERE o.status = 'stopping') AS stopping,
+       max(o.runtime) FILTER (WHERE o.status IN ('working', 'input_required')) AS longest
+FROM mcp_tasks_overview o JOIN mcp_tasks t USING (task_id)
+WHERE o.status IN ('working', 'input_required', 'stopping')
+GROUP BY o.queue, o.tool ORDER BY o.queue, o.tool
+"""
+
+# Fair dispatch per queue and principal: who waits, who holds the workers.
+ADMIN_PRINCIPALS: Final[LiteralString] = f"""
+SELECT queue, owner,
+       count(*) FILTER (WHERE dispatched_at IS NULL) AS backlog,
+       count(*) FILTER (WHERE dispatched_at IS NOT NULL AND lease_until IS NULL) AS queued,
+       count(*) FILTER (WHERE lease_until IS NOT NULL AND status = 'working') AS running,
        count(*) FILTER (WHERE status = 'input_required') AS waiting_for_input,
-       count(*) FILTER (WHERE status = 'stopping') AS stopping,
-       max(runtime) FILTER (WHERE status IN ('working', 'input_required')) AS longest
-FROM mcp_tasks_overview
-WHERE status IN ('working', 'input_required', 'stopping')
-GROUP BY queue, tool ORDER BY queue, tool
+       date_trunc('second', now() - min(created_at) FILTER (WHERE dispatched_at IS NULL)) AS oldest_waiting
+FROM mcp_tasks
+WHERE status IN {ACTIVE_SQL}
+GROUP BY queue, owner
+ORDER BY queue, count(*) FILTER (WHERE dispatched_at IS NULL) DESC, owner
+LIMIT %(limit)s
 """
 
 ADMIN_RECENT_FAILURES: Final[LiteralString] = """

@@ -63,6 +63,8 @@ class TaskRecord:
     expires_at: datetime | None
     queue: str
     inbox: str | None
+    dispatched_at: datetime | None
+    """When the job left the fair backlog for the broker (None: still waiting its turn)."""
     db_now: datetime
     """The database clock when the row was read: TTLs are computed against it."""
     progress: float | None = None

@@ -17,9 +17,9 @@ from psycopg.rows import RowFactory, class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from mcp_celery_tasks.blips import is_infrastructure
-from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.errors import InfrastructureError, TooManyWaiting
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import _rows, queries
+from mcp_celery_tasks.store import _rows, backlog, queries
 from mcp_celery_tasks.store._conninfo import connect_kwargs
 from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputRecord
 
@@ -172,15 +172,30 @@ class WorkerStore:
         items: Sequence[dict[str, Any]],
         supersede: Sequence[str] = (),
     ) -> bool:
-        """Insert input rows, set the inbox and ``input_required`` at once; False if not ours."""
+        """Insert input rows, set the inbox and ``input_required`` at once; False if not ours.
+
+        Raises ``TooManyWaiting`` (a tool error) when the task's principal already has its most
+        jobs of this queue waiting for input (``max_waiting_inputs_per_principal``): fair
+        dispatch stops releasing such a principal's jobs, this catches the ones it had already
+        released, so unanswered questions cannot hold every slot of a queue."""
         params = {
             "task_id": task_id,
             "worker": worker,
             "inbox": inbox,
             "items": Jsonb(list(items)),
             "supersede": list(supersede),
+            "max_waiting": self._settings.max_waiting_inputs_per_principal,
         }
-        return bool(self._fetch(queries.OPEN_INPUTS, params))
+        with self._connection() as conn, conn.transaction():
+            conn.execute(backlog.LOCK_WAITING, params)
+            quota = conn.execute(backlog.WAITING_QUOTA, params).fetchall()
+            if quota and 0 < quota[0]["max_waiting"] <= quota[0]["waiting"]:
+                limit, queue = quota[0]["max_waiting"], quota[0]["queue"]
+                raise TooManyWaiting(
+                    f"Too many of your tasks are waiting for input in queue {queue!r} (at most "
+                    f"{limit}): answer or cancel one of them, then call again"
+                )
+            return bool(conn.execute(queries.OPEN_INPUTS, params).fetchall())
 
     def input_state(self, task_id: str, worker: str, keys: Sequence[str]) -> tuple[bool, dict[str, Any]]:
         """(still active and ours, the answers recorded so far for ``keys``)."""
@@ -262,6 +277,15 @@ class WorkerStore:
         matches first."""
         return self._fetch(queries.ADMIN_MATCH, {"ref": ref, "limit": limit})
 
+    def admin_principals(self, limit: int = 20) -> list[dict[str, Any]]:
+        """Per queue and principal: backlog, queued in the broker, running, waiting for input."""
+        return self._fetch(queries.ADMIN_PRINCIPALS, {"limit": limit})
+
+    def queue_position(self, task_id: str, cap: int = 500) -> tuple[int, bool] | None:
+        """A backlog task's place in line (``ApiStore.queue_position``), for admins."""
+        rows = self._fetch(backlog.QUEUE_POSITION, {"task_id": task_id, "cap": cap})
+        return (int(rows[0]["ahead"]), bool(rows[0]["capped"])) if rows else None
+
     def admin_show(self, ref: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """A task by task id or job id, with every input request it made."""
         rows = self._fetch(queries.ADMIN_SHOW, {"ref": ref})
@@ -342,5 +366,40 @@ class WorkerStore:
         return len(self._fetch(queries.END_UNATTENDED_STOPS, {"grace_s": self._grace_s}))
 
     def lost_leases(self, grace_s: float, limit: int) -> list[tuple[str, str]]:
+        """Active jobs whose lease lapsed ``grace_s`` ago (their worker died), handed back to the
+        queue: lease cleared, re-stamped as published now, so each is re-published once (a lost
+        message then is the lost-message recovery's business, not every sweep's)."""
         rows = self._fetch(queries.LOST_LEASES, {"grace_s": grace_s, "limit": limit})
         return [(row["job_id"], row["queue"]) for row in rows]
+
+    # ---- fair dispatch ------------------------------------------------------------------------
+
+    def backlog_queues(self) -> list[str]:
+        """Queues with jobs waiting in the backlog (never published)."""
+        return [row["queue"] for row in self._fetch(backlog.BACKLOG_QUEUES, {})]
+
+    def release_jobs(self, queue: str, ahead: int, max_waiting: int) -> list[tuple[str, str]]:
+        """Mark the next jobs of ``queue`` published, round-robin by principal, so that at most
+        ``ahead`` wait in the broker (``store.backlog.RELEASE``); the caller publishes them."""
+        params = {"queue": queue, "ahead": ahead, "max_waiting": max_waiting}
+        # One round trip: BEGIN, the queue's lock, the release and COMMIT are pipelined.
+        with self._connection() as conn, conn.pipeline():
+            with conn.transaction():
+                conn.execute(backlog.LOCK_QUEUE, params)
+                cursor = conn.execute(backlog.RELEASE, params)
+            rows = cursor.fetchall()
+        return [(row["job_id"], row["queue"]) for row in rows]
+
+    def undispatch(self, job_ids: Sequence[str]) -> int:
+        """Put released jobs that could not be published back into the backlog."""
+        return self._execute(backlog.UNDISPATCH, {"job_ids": list(job_ids)})
+
+    def queued_counts(self, older_than_s: float) -> dict[str, tuple[int, int]]:
+        """Per queue: (published jobs no worker holds, those of them older than ``older_than_s``)."""
+        rows = self._fetch(backlog.QUEUED_COUNTS, {"older_than_s": older_than_s})
+        return {row["queue"]: (int(row["queued"]), int(row["old"])) for row in rows}
+
+    def broker_down(self, down: bool) -> None:
+        """Record that the broker could not be reached (kept from the first failure on), or that
+        it could again; the sweeper fails backlog jobs only after a long outage."""
+        self._execute(queries.BROKER_DOWN if down else queries.BROKER_UP, {"job": queries.BROKER_DOWN_JOB})

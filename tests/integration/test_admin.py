@@ -90,6 +90,32 @@ def test_tasks_top_once_shows_active_tasks_and_recent_failures(db_url: str) -> N
     assert "boom" in screen.stdout  # the failed task's error
 
 
+def test_admins_see_the_fair_backlog_per_principal_and_a_task_s_place_in_line(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for index, (owner, dispatched) in enumerate(
+            [("token:alice", True), ("token:alice", False), ("token:alice", False), ("token:bob", False)]
+        ):
+            conn.execute(
+                """INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, status,
+                     retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
+                     client_capabilities, created_at, dispatched_at)
+                   VALUES (%s, %s, %s, 'demo', '{}', 'working', 60000, 1000, 'q', 3, '2026-07-28', '{}',
+                     now() - %s * interval '1 second', CASE WHEN %s THEN now() END)""",
+                (f"task-{index}", f"job-{index}", owner, 10 - index, dispatched),
+            )
+    listed = {row["task_id"]: row for row in json.loads(_cli(db_url, "ls", "--json").stdout)}
+    assert listed["task-2"]["status_message"] == "queued (fair backlog)"
+    assert listed["task-0"]["status_message"] is None  # in the broker: no longer in the backlog
+    # task-2: alice's task-1 ahead, bob's one, and the one queued in the broker.
+    shown = json.loads(_cli(db_url, "show", "task-2", "--json").stdout)
+    assert shown["task"]["place_in_line"] == "3 jobs ahead (fair backlog)"
+    screen = _cli(db_url, "top", "--once")
+    assert screen.returncode == 0, screen.stderr
+    assert (
+        "per principal" in screen.stdout and "token:alice" in screen.stdout and "token:bob" in screen.stdout
+    )
+
+
 def test_limits_set_ls_clear_round_trip(db_url: str) -> None:
     import json as _json
     import os

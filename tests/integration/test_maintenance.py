@@ -142,25 +142,32 @@ async def finished(api: ApiStore, store: WorkerStore, **overrides: Any) -> TaskR
 # ---- sweep: the outbox ---------------------------------------------------------------------------
 
 
-async def test_sweep_publishes_only_rows_undispatched_past_the_threshold_and_marks_them(
+async def test_sweep_releases_the_backlog_fairly_up_to_dispatch_ahead_per_queue_and_marks_it(
     api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
 ) -> None:
-    older = await api.create_task(new_task())
-    old = await api.create_task(new_task(queue="gpu"))
-    fresh = await api.create_task(new_task())
-    move(db, older.task_id, "created_at = now() - interval '90 seconds'")
-    move(db, old.task_id, "created_at = now() - interval '60 seconds'")
+    # The API's fair publisher runs the same pass on every change; the sweeper covers an API
+    # that is down. Each queue gets at most dispatch_ahead jobs in the broker, the rest wait.
+    ahead = sweep_settings.dispatch_ahead
+    backlog = [await api.create_task(new_task()) for _ in range(ahead + 2)]
+    gpu = await api.create_task(new_task(queue="gpu"))
 
-    assert sweep(store, published, sweep_settings) == 2
-    assert published == [(older.job_id, "mcp.default"), (old.job_id, "gpu")]
-    for record in (older, old):
+    assert sweep(store, published, sweep_settings) == ahead + 1
+    assert sorted(published) == sorted(
+        [(r.job_id, "mcp.default") for r in backlog[:ahead]] + [(gpu.job_id, "gpu")]
+    )
+    for record in [*backlog[:ahead], gpu]:
         swept = row(db, record.task_id)
         assert swept is not None and swept["dispatched_at"] is not None and swept["status"] == "working"
-    assert row(db, fresh.task_id)["dispatched_at"] is None  # type: ignore[index]
-    # Published once: the next sweep leaves them to the broker.
+    for record in backlog[ahead:]:
+        assert row(db, record.task_id)["dispatched_at"] is None  # type: ignore[index]
+    # Nothing started: the broker still holds dispatch_ahead jobs, so nothing more goes out.
     published.clear()
     assert sweep(store, published, sweep_settings) == 0
     assert published == []
+    # A worker starts one: one more is released.
+    assert store.claim(backlog[0].job_id, ME, LEASE_S) is not None
+    assert sweep(store, published, sweep_settings) == 1
+    assert published == [(backlog[ahead].job_id, "mcp.default")]
 
 
 async def test_sweep_never_touches_a_dispatched_unleased_row(
@@ -180,16 +187,49 @@ async def test_sweep_never_touches_a_dispatched_unleased_row(
 async def test_sweep_republishes_a_job_published_long_ago_that_never_started_once_per_period(
     api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
 ) -> None:
-    # The broker may have lost it (a failover without its data): publish it again, and
-    # re-stamp it so the next sweep waits a whole period before doing it again.
+    # A broker that cannot say what it holds: after republish_unstarted_after_seconds the job
+    # may have been lost (a failover without its data): publish it again, and re-stamp it so the
+    # next sweep waits a whole period before doing it again.
     lost = await dispatched(api, store)
     published_ago(db, lost.task_id, "2 hours")
+    depths = {"mcp.default": None}
 
-    assert sweep(store, published, sweep_settings) == 1
+    assert sweep(store, published, sweep_settings, depths) == 1
     assert published == [(lost.job_id, "mcp.default")]
     assert row(db, lost.task_id)["status"] == "working"  # type: ignore[index]
     published.clear()
+    assert sweep(store, published, sweep_settings, depths) == 0
+    # A broker that says it holds the message: left alone, however old.
+    published_ago(db, lost.task_id, "2 hours")
     assert sweep(store, published, sweep_settings) == 0
+
+
+async def test_sweep_republishes_only_the_missing_oldest_jobs_of_a_queue_whatever_its_backlog(
+    api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
+) -> None:
+    # Issue 19: a broker that lost messages (Redis without persistence) had them re-published
+    # only once the backlog drained. Now the backlog waits in Postgres, so the published jobs no
+    # worker holds can be counted against what the broker holds, backlog or not.
+    oldest = await dispatched(api, store)
+    older = await dispatched(api, store)
+    newer = await dispatched(api, store)
+    published_ago(db, oldest.task_id, "3 minutes")
+    published_ago(db, older.task_id, "2 minutes")
+    published_ago(db, newer.task_id, "1 minute")
+    backlog = [await api.create_task(new_task()) for _ in range(20)]
+    ahead = sweep_settings.dispatch_ahead
+    assert ahead == 4  # three queued: the fair pass releases exactly one more
+    depths = {"mcp.default": 2}  # the broker holds two of the four: two were lost
+
+    assert sweep(store, published, sweep_settings, depths) == 3
+    assert published[0] == (backlog[0].job_id, "mcp.default")
+    assert sorted(published[1:]) == sorted([(oldest.job_id, "mcp.default"), (older.job_id, "mcp.default")])
+    # Re-stamped: published at most once per period, however often the sweeper runs (the
+    # broker now holds all four).
+    published.clear()
+    assert sweep(store, published, sweep_settings, {"mcp.default": 4}) == 0
+    assert sweep(store, published, sweep_settings, {"mcp.default": 3}) == 1
+    assert published == [(newer.job_id, "mcp.default")]  # the only one old enough to be missing
 
 
 async def test_sweep_republishes_an_unstarted_job_sooner_when_its_queue_holds_no_message(
@@ -236,12 +276,20 @@ async def test_sweep_republishes_an_active_row_whose_lease_expired_past_the_grac
     move(db, waiting.task_id, "lease_until = now() - interval '20 seconds'")
     move(db, within_grace.task_id, "lease_until = now() - interval '1 second'")
     move(db, done.task_id, "lease_until = now() - interval '1 minute'")
-    before = {r.task_id: row(db, r.task_id) for r in (lost, waiting, within_grace, alive, done)}
+    before = {r.task_id: row(db, r.task_id) for r in (within_grace, alive, done)}
 
     assert sweep(store, published, sweep_settings) == 2
     assert sorted(published) == sorted([(lost.job_id, "gpu"), (waiting.job_id, "mcp.default")])
-    # Publishing is all it does: the next claim (after the lease) is the new worker's.
     assert {task_id: row(db, task_id) for task_id in before} == before
+    # Handed back to the queue once: lease cleared (the next claim is the new worker's), stamped
+    # as published now; the next sweeps do not publish it again (issue 19: 96 messages for 20
+    # re-runs), unless its message goes missing from the broker.
+    for record in (lost, waiting):
+        raw = row(db, record.task_id)
+        assert raw is not None and raw["lease_until"] is None and raw["attempts"] == 1
+    published.clear()
+    assert sweep(store, published, sweep_settings) == 0
+    assert store.claim(lost.job_id, "host-b:7:bbbb", LEASE_S) is not None
 
 
 # ---- sweep: giving up ----------------------------------------------------------------------------
@@ -259,6 +307,11 @@ async def test_sweep_fails_rows_undispatched_past_the_fail_threshold_and_notifie
     late = await api.create_task(new_task())
     move(db, hopeless.task_id, "created_at = now() - interval '20 minutes'")
     move(db, late.task_id, "created_at = now() - interval '1 minute'")
+    # The publishers recorded a broker outage 16 minutes ago that has not ended.
+    store.broker_down(True)
+    db.execute(
+        "UPDATE mcp_maintenance SET last_run_at = now() - interval '16 minutes' WHERE job = 'broker-down'"
+    )
     with psycopg.connect(db_url, autocommit=True) as listener:
         listener.execute("LISTEN " + queries.NOTIFY_CHANNEL)
 
@@ -275,6 +328,24 @@ async def test_sweep_fails_rows_undispatched_past_the_fail_threshold_and_notifie
     raw = row(db, hopeless.task_id)
     assert raw is not None and raw["finished_at"] is not None and raw["dispatched_at"] is None
     assert failed.expires_at is not None and failed.expires_at > failed.db_now  # readable for its retention
+
+
+async def test_sweep_never_fails_a_job_for_waiting_in_the_backlog_while_the_broker_is_fine(
+    api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
+) -> None:
+    # Behind another principal's thousands of jobs, a job may wait longer than the old "could
+    # not be queued" threshold: it is not failed for that, only for a long broker outage.
+    patient = await api.create_task(new_task(owner="token:bob"))
+    move(db, patient.task_id, "created_at = now() - interval '20 minutes'")
+    db.execute("UPDATE mcp_tasks SET dispatched_at = NULL")
+    settings = sweep_settings.model_copy(update={"dispatch_ahead": 0})  # no room in the broker
+    store.broker_down(True)  # an outage that just began
+    assert sweep(store, published, settings) == 0
+    assert row(db, patient.task_id)["status"] == "working"  # type: ignore[index]
+    store.broker_down(False)
+    db.execute("UPDATE mcp_maintenance SET last_run_at = now() - interval '1 hour'")
+    assert sweep(store, published, settings) == 0
+    assert row(db, patient.task_id)["status"] == "working"  # type: ignore[index]
 
 
 async def test_sweep_records_its_run(

@@ -127,12 +127,15 @@ async def test_a_sweep_that_could_not_reach_the_database_holds_back_lost_lease_r
         sweep()  # a normal sweep: the lease is lost, the job published again
         assert published == [(record.job_id, "mcp.default")]
         published.clear()
+        # Handed back once (fair dispatch): claimed again, and its lease lapses again.
+        assert store.claim(record.job_id, ME, LEASE_S) is not None
+        set_columns(db, record.task_id, "lease_until = now() - interval '1 minute'")
 
         def unreachable(*args: object, **kwargs: object) -> int:
             raise InfrastructureError("the task database is unavailable")
 
         with monkeypatch.context() as patched:
-            patched.setattr(store, "fail_undispatched", unreachable)
+            patched.setattr(store, "seconds_since_run", unreachable)  # the sweep's first read
             with pytest.raises(InfrastructureError):
                 sweep()
         sweep()  # the database is back: a lapsed lease may be a live worker's that could not renew

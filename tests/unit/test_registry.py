@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 
 import pytest
 from mcp_types import jsonrpc as codes
+from pydantic import Field
 
 from mcp_celery_tasks import Mode, TaskContext, tool
 from mcp_celery_tasks.errors import InvalidParams
-from mcp_celery_tasks.registry import ToolSpec, all_tools, get_tool
+from mcp_celery_tasks.registry import InvalidArguments, ToolSpec, all_tools, get_tool
 
 
 def spec(name: str) -> ToolSpec:
@@ -89,6 +90,35 @@ def test_wrongly_typed_argument_is_invalid_params_naming_the_field() -> None:
     assert raised.value.code == codes.INVALID_PARAMS
     assert "items" in raised.value.message
     assert raised.value.to_error()["code"] == codes.INVALID_PARAMS
+
+
+def test_declared_bounds_on_run_time_arguments_are_in_the_schema_and_refuse_huge_values() -> None:
+    # Issue 15: spin(seconds=1e308) was accepted. A tool bounds what sets its run time with
+    # Annotated[..., Field(le=...)]; a value outside is an argument error (a tool error result,
+    # SPEC-CHECKLIST Q-23), never a queued job.
+    @tool(name="test_bounds__spin")
+    def spin(ctx: TaskContext, seconds: Annotated[float, Field(ge=0, le=3600)] = 1.0) -> str:
+        return "spun"
+
+    bounded = spec("test_bounds__spin")
+    assert bounded.input_schema["properties"]["seconds"] == {
+        "type": "number", "default": 1.0, "minimum": 0, "maximum": 3600
+    }  # fmt: skip
+    assert bounded.validate_arguments({"seconds": 3600}) == {"seconds": 3600}
+    for bad in (1e308, -1, 3600.5):
+        with pytest.raises(InvalidArguments, match="seconds"):
+            bounded.validate_arguments({"seconds": bad})
+
+
+def test_the_bench_fixtures_and_examples_bound_their_run_time_arguments() -> None:
+    import tests.fixtures.bench
+    import workers.train_model  # noqa: F401
+
+    del tests.fixtures.bench
+    cases = [("spin", "seconds", 1e308), ("sleep_ms", "ms", 10**12), ("train_model", "epochs", 10**12)]
+    for name, argument, huge in cases:
+        with pytest.raises(InvalidArguments, match=argument):
+            spec(name).validate_arguments({"model": "m", argument: huge})
 
 
 def test_missing_required_argument_is_invalid_params_naming_the_field() -> None:

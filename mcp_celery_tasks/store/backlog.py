@@ -1,0 +1,190 @@
+"""The SQL of fair dispatch: the backlog in Postgres, released round-robin by principal.
+
+A job is in one of three places. The **backlog**: active, never published (``dispatched_at IS
+NULL``). **Queued**: published and waiting for a worker (active, ``dispatched_at`` set, no lease):
+at most ``dispatch_ahead`` per queue, plus redeliveries. **Running**: claimed (a lease), working or
+blocked on input. The publisher releases jobs from the backlog while fewer than ``dispatch_ahead``
+are queued, picking each time the principal with the fewest jobs in flight (queued plus running)
+and, within a principal, the oldest job (``RELEASE``). Principals with ``max_waiting_inputs`` jobs
+blocked on input in the queue are skipped until one is answered.
+
+Every statement reads through the partial indexes ``ix_mcp_tasks_backlog`` (queue, owner,
+created_at) and ``ix_mcp_tasks_inflight`` (queue, owner): a pass costs the number of principals
+with a backlog plus the jobs in flight, never the size of the backlog.
+"""
+
+from __future__ import annotations
+
+from typing import Final, LiteralString
+
+from mcp_celery_tasks.lifecycle import ACTIVE, sql_list
+
+__all__ = [
+    "BACKLOG_QUEUES",
+    "LOCK_QUEUE",
+    "LOCK_WAITING",
+    "QUEUED_COUNTS",
+    "QUEUE_POSITION",
+    "RELEASE",
+    "UNDISPATCH",
+    "WAITING_QUOTA",
+]
+
+_ACTIVE: Final = sql_list(ACTIVE)
+
+# One release pass per queue at a time, across every API process and the sweeper.
+LOCK_QUEUE: Final[LiteralString] = "SELECT pg_advisory_xact_lock(hashtext('mcp-dispatch:' || %(queue)s))"
+
+# The queues with a backlog: a skip scan of the backlog index (one probe per queue).
+BACKLOG_QUEUES: Final[LiteralString] = f"""
+WITH RECURSIVE q AS (
+    (SELECT queue FROM mcp_tasks WHERE dispatched_at IS NULL AND status IN {_ACTIVE}
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.queue FROM mcp_tasks t
+            WHERE t.dispatched_at IS NULL AND t.status IN {_ACTIVE} AND t.queue > q.queue
+            ORDER BY t.queue LIMIT 1)
+    FROM q WHERE q.queue IS NOT NULL
+)
+SELECT queue FROM q WHERE queue IS NOT NULL LIMIT 1000
+"""
+
+# Release up to ``ahead`` minus the queued jobs of ``queue``, round-robin by principal: a job's
+# turn is its owner's jobs in flight plus its rank in the owner's backlog; lowest turn first,
+# then the oldest. Marked published here, in the same statement; the caller publishes them (and
+# puts back those it could not publish). A principal's override of ``max_waiting_inputs``
+# (``mcp_principal_limits``) replaces ``max_waiting``; 0 means no limit.
+RELEASE: Final[LiteralString] = f"""
+WITH RECURSIVE owners AS (
+    (SELECT owner FROM mcp_tasks
+     WHERE queue = %(queue)s AND dispatched_at IS NULL AND status IN {_ACTIVE}
+     ORDER BY owner LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.owner FROM mcp_tasks t
+            WHERE t.queue = %(queue)s AND t.dispatched_at IS NULL AND t.status IN {_ACTIVE}
+              AND t.owner > o.owner
+            ORDER BY t.owner LIMIT 1)
+    FROM owners o WHERE o.owner IS NOT NULL
+), inflight AS (
+    SELECT owner, count(*) AS n,
+           count(*) FILTER (WHERE status = 'input_required') AS waiting,
+           count(*) FILTER (WHERE lease_until IS NULL) AS queued
+    FROM mcp_tasks
+    WHERE queue = %(queue)s AND dispatched_at IS NOT NULL AND status IN {_ACTIVE}
+    GROUP BY owner
+), free AS (
+    SELECT GREATEST(0, %(ahead)s - COALESCE((SELECT sum(queued) FROM inflight), 0))::int AS n
+), eligible AS (
+    SELECT o.owner, COALESCE(i.n, 0) AS n
+    FROM (SELECT owner FROM owners WHERE owner IS NOT NULL LIMIT 10000) o
+    LEFT JOIN inflight i ON i.owner = o.owner
+    LEFT JOIN mcp_principal_limits l ON l.principal = o.owner
+    WHERE COALESCE(l.max_waiting_inputs, %(max_waiting)s) <= 0
+       OR COALESCE(i.waiting, 0) < COALESCE(l.max_waiting_inputs, %(max_waiting)s)
+), candidates AS (
+    SELECT c.task_id, c.created_at, e.n + c.rank AS turn
+    FROM eligible e CROSS JOIN free CROSS JOIN LATERAL (
+        SELECT b.task_id, b.created_at, row_number() OVER (ORDER BY b.created_at, b.task_id) AS rank
+        FROM (
+            SELECT t.task_id, t.created_at FROM mcp_tasks t
+            WHERE t.queue = %(queue)s AND t.owner = e.owner
+              AND t.dispatched_at IS NULL AND t.status IN {_ACTIVE}
+            ORDER BY t.created_at, t.task_id
+            LIMIT free.n
+        ) b
+    ) c
+    WHERE free.n > 0
+), picked AS (
+    SELECT task_id, turn, created_at FROM candidates
+    ORDER BY turn, created_at, task_id LIMIT (SELECT n FROM free)
+), upd AS (
+    UPDATE mcp_tasks t SET dispatched_at = now()
+    FROM picked
+    WHERE t.task_id = picked.task_id AND t.dispatched_at IS NULL AND t.status IN {_ACTIVE}
+    RETURNING t.job_id, t.queue, t.task_id, picked.turn, picked.created_at
+)
+-- In turn order: the broker hands them out first in, first out.
+SELECT job_id, queue FROM upd ORDER BY turn, created_at, task_id
+"""
+
+# Jobs the publisher could not publish go back to the backlog (same place in line: created_at).
+UNDISPATCH: Final[LiteralString] = """
+UPDATE mcp_tasks SET dispatched_at = NULL
+WHERE job_id = ANY(%(job_ids)s) AND lease_until IS NULL AND started_at IS NULL
+"""
+
+# Per queue: published jobs no worker holds (they should be in the broker), and how many of
+# them were published more than ``older_than_s`` ago.
+QUEUED_COUNTS: Final[LiteralString] = f"""
+SELECT queue, count(*) AS queued,
+       count(*) FILTER (WHERE dispatched_at < now() - %(older_than_s)s * interval '1 second') AS old
+FROM mcp_tasks
+WHERE dispatched_at IS NOT NULL AND status IN {_ACTIVE} AND lease_until IS NULL
+GROUP BY queue
+"""
+
+# A task's place in line, for its statusMessage while it waits in the backlog. Round-robin
+# estimate: ``mine`` earlier jobs of its owner are ahead, and from every other principal with a
+# backlog as many as that plus one (or its whole backlog if shorter), plus the queued jobs.
+# Bounded: at most ``cap`` rows are counted per principal and 50 principals are looked at.
+QUEUE_POSITION: Final[LiteralString] = f"""
+WITH RECURSIVE me AS (
+    SELECT task_id, queue, owner, created_at FROM mcp_tasks
+    WHERE task_id = %(task_id)s AND dispatched_at IS NULL AND status IN {_ACTIVE}
+), mine AS (
+    SELECT count(*)::int AS n FROM (
+        SELECT 1 FROM mcp_tasks t, me
+        WHERE t.queue = me.queue AND t.owner = me.owner AND t.dispatched_at IS NULL
+          AND t.status IN {_ACTIVE} AND (t.created_at, t.task_id) < (me.created_at, me.task_id)
+        LIMIT %(cap)s
+    ) x
+), owners AS (
+    (SELECT t.owner FROM mcp_tasks t, me
+     WHERE t.queue = me.queue AND t.dispatched_at IS NULL AND t.status IN {_ACTIVE}
+     ORDER BY t.owner LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.owner FROM mcp_tasks t, me
+            WHERE t.queue = me.queue AND t.dispatched_at IS NULL AND t.status IN {_ACTIVE}
+              AND t.owner > o.owner
+            ORDER BY t.owner LIMIT 1)
+    FROM owners o WHERE o.owner IS NOT NULL
+), others AS (
+    SELECT COALESCE(sum(c.n), 0)::int AS n
+    FROM (SELECT owner FROM owners WHERE owner IS NOT NULL LIMIT 50) o
+    CROSS JOIN me CROSS JOIN mine
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS n FROM (
+            SELECT 1 FROM mcp_tasks t
+            WHERE t.queue = me.queue AND t.owner = o.owner AND t.dispatched_at IS NULL
+              AND t.status IN {_ACTIVE}
+            LIMIT mine.n + 1
+        ) y
+    ) c
+    WHERE o.owner <> me.owner
+), queued AS (
+    SELECT count(*)::int AS n FROM mcp_tasks t, me
+    WHERE t.queue = me.queue AND t.dispatched_at IS NOT NULL AND t.status IN {_ACTIVE}
+      AND t.lease_until IS NULL
+)
+SELECT mine.n + others.n + queued.n AS ahead, mine.n >= %(cap)s AS capped
+FROM me, mine, others, queued
+"""
+
+# Asks of one principal in one queue, one at a time (with the check and the ask in one
+# transaction): two jobs asking at once must not both see the other not yet waiting.
+LOCK_WAITING: Final[LiteralString] = """
+SELECT pg_advisory_xact_lock(hashtext('mcp-waiting:' || owner || ':' || queue))
+FROM mcp_tasks WHERE task_id = %(task_id)s
+"""
+
+# Before a job asks: its principal's other jobs of its queue waiting for input, and the limit
+# (the principal's override, else ``max_waiting``; 0: none).
+WAITING_QUOTA: Final[LiteralString] = """
+SELECT COALESCE(l.max_waiting_inputs, %(max_waiting)s) AS max_waiting,
+       (SELECT count(*) FROM mcp_tasks w
+        WHERE w.queue = t.queue AND w.owner = t.owner AND w.status = 'input_required'
+          AND w.task_id <> t.task_id) AS waiting,
+       t.queue
+FROM mcp_tasks t LEFT JOIN mcp_principal_limits l ON l.principal = t.owner
+WHERE t.task_id = %(task_id)s
+"""
