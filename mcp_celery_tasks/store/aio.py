@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import _rows, backlog, queries
+from mcp_celery_tasks.store import _rows, admin_queries, backlog, queries, session_queries
 from mcp_celery_tasks.store._conninfo import connect_kwargs
 from mcp_celery_tasks.store.records import (
     AnswerOutcome,
@@ -134,7 +134,7 @@ class ApiStore:
 
     async def principal_limits(self) -> list[dict[str, Any]]:
         """Every per-principal quota override (admins set few)."""
-        return await self._fetch(queries.PRINCIPAL_LIMITS, {})
+        return await self._fetch(admin_queries.PRINCIPAL_LIMITS, {})
 
     async def get_task(self, task_id: str, owner: str) -> TaskRecord | None:
         rows = await self._rows(queries.GET_TASK, {"task_id": task_id, "owner": owner}, _TASK)
@@ -191,18 +191,18 @@ class ApiStore:
             "max_sessions": self._settings.max_sessions_per_principal,
             **self._session_window(),
         }
-        return bool(await self._fetch(queries.CREATE_SESSION, params))
+        return bool(await self._fetch(session_queries.CREATE_SESSION, params))
 
     async def get_session(self, session_id: str, owner: str) -> dict[str, Any] | None:
         """The owner's live session (an expired or foreign one reads as unknown)."""
         params = {"session_id": session_id, "owner": owner, **self._session_window()}
-        rows = await self._fetch(queries.GET_SESSION, params)
+        rows = await self._fetch(session_queries.GET_SESSION, params)
         return rows[0] if rows else None
 
     async def set_session_log_level(self, session_id: str, owner: str, level: str) -> bool:
         """``logging/setLevel`` of a 2025-11-25 session (its later synchronous calls get logs)."""
         params = {"session_id": session_id, "owner": owner, "level": level, **self._session_window()}
-        return bool(await self._fetch(queries.SET_SESSION_LOG_LEVEL, params))
+        return bool(await self._fetch(session_queries.SET_SESSION_LOG_LEVEL, params))
 
     async def logs_after(self, task_id: str, after: int, limit: int = 100) -> list[LogRecord]:
         """A task's log messages numbered above ``after``, in order (the caller owns the task)."""
@@ -210,7 +210,7 @@ class ApiStore:
         return await self._rows(queries.LOGS_AFTER, params, class_row(LogRecord))
 
     async def delete_session(self, session_id: str, owner: str) -> bool:
-        rows = await self._fetch(queries.DELETE_SESSION, {"session_id": session_id, "owner": owner})
+        rows = await self._fetch(session_queries.DELETE_SESSION, {"session_id": session_id, "owner": owner})
         return bool(rows)
 
     async def list_tasks(
@@ -224,7 +224,7 @@ class ApiStore:
             "after_created": after[0] if after else None,
             "after_id": after[1] if after else None,
         }
-        return await self._rows(queries.LIST_TASKS, params, _TASK)
+        return await self._rows(session_queries.LIST_TASKS, params, _TASK)
 
     async def connection_headroom(self) -> tuple[int, int]:
         """(connections in use, max_connections) of the server, for the start-up budget check."""

@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 from mcp_celery_tasks.blips import is_infrastructure
 from mcp_celery_tasks.errors import InfrastructureError, TooManyWaiting
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import _rows, backlog, queries
+from mcp_celery_tasks.store import _rows, admin_queries, backlog, queries, session_queries
 from mcp_celery_tasks.store._conninfo import connect_kwargs
 from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputRecord
 
@@ -264,22 +264,22 @@ class WorkerStore:
     def admin_list(self, *, limit: int = 50, **filters: Any) -> list[dict[str, Any]]:
         params = {"status": None, "tool": None, "owner": None, "older_than_s": None, "newer_than_s": None}
         params.update(filters)
-        return self._fetch(queries.ADMIN_LIST, {**params, "limit": limit})
+        return self._fetch(admin_queries.ADMIN_LIST, {**params, "limit": limit})
 
     def admin_summary(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Active tasks per queue and tool, and the latest failures (for ``top``)."""
-        return self._fetch(queries.ADMIN_SUMMARY, {}), self._fetch(
-            queries.ADMIN_RECENT_FAILURES, {"limit": 8}
+        return self._fetch(admin_queries.ADMIN_SUMMARY, {}), self._fetch(
+            admin_queries.ADMIN_RECENT_FAILURES, {"limit": 8}
         )
 
     def admin_match(self, ref: str, limit: int = 10) -> list[dict[str, Any]]:
         """Tasks whose task id or job id is ``ref``, or starts with it (6+ characters); exact
         matches first."""
-        return self._fetch(queries.ADMIN_MATCH, {"ref": ref, "limit": limit})
+        return self._fetch(admin_queries.ADMIN_MATCH, {"ref": ref, "limit": limit})
 
     def admin_principals(self, limit: int = 20) -> list[dict[str, Any]]:
         """Per queue and principal: backlog, queued in the broker, running, waiting for input."""
-        return self._fetch(queries.ADMIN_PRINCIPALS, {"limit": limit})
+        return self._fetch(admin_queries.ADMIN_PRINCIPALS, {"limit": limit})
 
     def queue_position(self, task_id: str, cap: int = 500) -> tuple[int, bool] | None:
         """A backlog task's place in line (``ApiStore.queue_position``), for admins."""
@@ -288,10 +288,10 @@ class WorkerStore:
 
     def admin_show(self, ref: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """A task by task id or job id, with every input request it made."""
-        rows = self._fetch(queries.ADMIN_SHOW, {"ref": ref})
+        rows = self._fetch(admin_queries.ADMIN_SHOW, {"ref": ref})
         if not rows:
             return None
-        return rows[0], self._fetch(queries.ADMIN_INPUTS, {"task_id": rows[0]["task_id"]})
+        return rows[0], self._fetch(admin_queries.ADMIN_INPUTS, {"task_id": rows[0]["task_id"]})
 
     def admin_cancel(self, ref: str, message: str) -> CancelOutcome:
         """Cancel any principal's task by task id or job id (the one cancel statement)."""
@@ -301,21 +301,21 @@ class WorkerStore:
     def admin_purge(self, *, older_than_s: float, **filters: Any) -> int:
         params = {"status": None, "tool": None, "owner": None}
         params.update(filters)
-        return self._execute(queries.ADMIN_PURGE, {**params, "older_than_s": older_than_s})
+        return self._execute(admin_queries.ADMIN_PURGE, {**params, "older_than_s": older_than_s})
 
     def principal_limits(self) -> list[dict[str, Any]]:
-        return self._fetch(queries.PRINCIPAL_LIMITS, {})
+        return self._fetch(admin_queries.PRINCIPAL_LIMITS, {})
 
     def set_principal_limits(self, principal: str, **limits: Any) -> None:
         """Override some of a principal's limits (None leaves one as it was)."""
         names = ("max_active_tasks", "creates_per_second", "create_burst", "max_concurrent_requests",
                  "max_waiting_inputs", "note")  # fmt: skip
         self._fetch(
-            queries.SET_PRINCIPAL_LIMITS, {"principal": principal, **{n: limits.get(n) for n in names}}
+            admin_queries.SET_PRINCIPAL_LIMITS, {"principal": principal, **{n: limits.get(n) for n in names}}
         )
 
     def clear_principal_limits(self, principal: str) -> bool:
-        return bool(self._fetch(queries.CLEAR_PRINCIPAL_LIMITS, {"principal": principal}))
+        return bool(self._fetch(admin_queries.CLEAR_PRINCIPAL_LIMITS, {"principal": principal}))
 
     # ---- publisher and maintenance ---------------------------------------------------------
 
@@ -336,7 +336,7 @@ class WorkerStore:
             "idle_s": self._settings.session_idle_seconds,
             "max_age_s": self._settings.session_max_age_seconds,
         }
-        return self._execute(queries.DELETE_EXPIRED_SESSIONS, params)
+        return self._execute(session_queries.DELETE_EXPIRED_SESSIONS, params)
 
     def fail_undispatched(self, older_than_s: float, error: dict[str, Any], message: str) -> int:
         params = {"older_than_s": older_than_s, "error": Jsonb(error), "message": message}

@@ -1,0 +1,66 @@
+"""The SQL of 2025-11-25 sessions (``initialize``, ``logging/setLevel``, expiry) and of the
+SEP-1686 task listing scoped to one session; the rest of the store's statements are in
+``queries``."""
+
+from __future__ import annotations
+
+from typing import Final, LiteralString
+
+from mcp_celery_tasks.store.queries import TASK_COLUMNS
+
+__all__: list[str] = []
+
+_SESSION_LIVE: Final[LiteralString] = """
+    created_at > now() - %(max_age_s)s * interval '1 second'
+    AND last_used_at > now() - %(idle_s)s * interval '1 second'"""
+
+# A new session, unless its owner already has ``max_sessions`` live ones.
+CREATE_SESSION: Final[LiteralString] = f"""
+INSERT INTO mcp_sessions (session_id, owner, protocol_version, client_capabilities, client_info)
+SELECT %(session_id)s, %(owner)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s
+WHERE (
+    SELECT count(*) FROM (
+        SELECT 1 FROM mcp_sessions WHERE owner = %(owner)s AND {_SESSION_LIVE} LIMIT %(max_sessions)s
+    ) AS live
+) < %(max_sessions)s
+RETURNING session_id
+"""
+
+# A live session (an expired one reads as unknown); its last use is written at most once a minute.
+GET_SESSION: Final[LiteralString] = f"""
+WITH found AS (
+    SELECT session_id, owner, protocol_version, client_capabilities, client_info, last_used_at, log_level
+    FROM mcp_sessions
+    WHERE session_id = %(session_id)s AND owner = %(owner)s AND {_SESSION_LIVE}
+), touched AS (
+    UPDATE mcp_sessions s SET last_used_at = now() FROM found
+    WHERE s.session_id = found.session_id AND found.last_used_at < now() - interval '60 seconds'
+    RETURNING s.session_id
+)
+SELECT session_id, owner, protocol_version, client_capabilities, client_info, log_level FROM found
+"""
+
+SET_SESSION_LOG_LEVEL: Final[LiteralString] = f"""
+UPDATE mcp_sessions SET log_level = %(level)s
+WHERE session_id = %(session_id)s AND owner = %(owner)s AND {_SESSION_LIVE}
+RETURNING session_id
+"""
+
+DELETE_SESSION: Final[LiteralString] = """
+DELETE FROM mcp_sessions WHERE session_id = %(session_id)s AND owner = %(owner)s
+RETURNING session_id
+"""
+
+DELETE_EXPIRED_SESSIONS: Final[LiteralString] = f"""
+DELETE FROM mcp_sessions WHERE session_id IN (
+    SELECT session_id FROM mcp_sessions WHERE NOT ({_SESSION_LIVE}) LIMIT %(limit)s
+)
+"""
+
+LIST_TASKS: Final[LiteralString] = f"""
+SELECT {TASK_COLUMNS}, statement_timestamp() AS db_now FROM mcp_tasks
+WHERE owner = %(owner)s AND session_id = %(session_id)s
+  AND (%(after_created)s::timestamptz IS NULL OR (created_at, task_id) < (%(after_created)s, %(after_id)s))
+ORDER BY created_at DESC, task_id DESC
+LIMIT %(limit)s
+"""
