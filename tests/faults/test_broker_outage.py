@@ -98,6 +98,14 @@ def jobs_waiting_in_redis(
         support.wait_until(
             lambda: all(r["dispatched_at"] for r in stack.rows(task_ids).values()), 15, what="the publisher"
         )
+        # A release is committed before its publish: wait for the messages themselves.
+        broker = redis.Redis(unix_socket_path=str(services.broker.socket))
+        try:
+            support.wait_until(
+                lambda: broker.llen(stack.queues[0]) == count, 15, what="the messages in Redis"
+            )
+        finally:
+            broker.close()
         yield stack, task_ids
 
 
