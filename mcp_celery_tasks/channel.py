@@ -60,13 +60,18 @@ def inbox_queue(name: str) -> Queue:
     )
 
 
-def publish_job(app: Any, job_id: str, queue_name: str, headers: dict[str, str] | None = None) -> None:
+def publish_job(
+    app: Any, job_id: str, queue_name: str, headers: dict[str, str] | None = None, producer: Any = None
+) -> None:
     """Publish ``run_tool(job_id)`` with the job id as Celery task id (a quarter cheaper than
     ``send_task``, which also builds a result handle we never use). ``headers`` carry the
-    trace context into the job."""
+    trace context into the job. ``producer``: one the caller holds (e.g. in a ``batch()``)."""
     message = app.amqp.create_task_message(job_id, RUN_TOOL, [job_id], {})
     if headers:
         message.headers.update(headers)
+    if producer is not None:
+        app.amqp.send_task_message(producer, RUN_TOOL, message, queue=queue_name, retry=False)
+        return
     with app.producer_or_acquire() as producer:
         app.amqp.send_task_message(producer, RUN_TOOL, message, queue=queue_name, retry=False)
 
@@ -79,7 +84,10 @@ def queue_depth(app: Any, queue_name: str, timeout_s: float = 5.0) -> int | None
 
 def send_wake(app: Any, inbox: str, task_id: str, timeout_s: float = 5.0) -> None:
     """Wake the worker waiting on ``inbox`` (declared on the way: RabbitMQ drops messages to a
-    queue that does not exist; Redis applies ``x-expires`` only for a declaring publisher)."""
+    queue that does not exist; Redis applies ``x-expires`` only for a declaring publisher).
+    kombu declares it once per pooled connection, not on every wake-up (the queue's
+    ``queue_arguments`` are built at declaration, so ``can_cache_declaration`` holds); the
+    worker declares its inbox before every wait anyway."""
     with app.producer_pool.acquire(block=True, timeout=timeout_s) as producer:
         producer.publish(
             {"type": "wake", "task_id": task_id},
@@ -251,8 +259,11 @@ class Publisher:
 class Inbox:
     """One worker process's inbox queue: wake-ups for the tasks it waits on.
 
-    A wake-up is a hint: the waiter re-reads its row. Wake-ups for other tasks (left over from
-    an earlier wait) are acknowledged and ignored. A broker error (``blips.is_infrastructure``)
+    A wake-up is a hint: the waiter re-reads its row. So wake-ups are consumed without
+    acknowledgement (``no_ack``): on Redis that takes the unacked bookkeeping off the wake-up's
+    path (0.55 → 0.39 ms p50 from publish to the waiter returning, idle machine), and a hint
+    lost with a dying process costs nothing. Wake-ups for other tasks (left over from an
+    earlier wait) are ignored. A broker error (``blips.is_infrastructure``)
     drops the connection and is raised: the runtime then polls the row until the broker is back,
     and the next call connects again.
     """
@@ -290,12 +301,13 @@ class Inbox:
             nonlocal woke
             if isinstance(body, dict) and body.get("task_id") == task_id:
                 woke = True
-            message.ack()
 
         deadline = time.monotonic() + timeout_s
         try:
             conn = self._connection()
-            with Consumer(conn, [inbox_queue(self.name)], callbacks=[on_message], accept=["json"]):
+            with Consumer(
+                conn, [inbox_queue(self.name)], callbacks=[on_message], accept=["json"], no_ack=True
+            ):
                 while not woke:
                     left = deadline - time.monotonic()
                     if left <= 0:

@@ -298,10 +298,17 @@ class Settings(BaseSettings):
     """How often beat runs the sweeper (outbox and lost leases)."""
     dispatch_ahead: int = 4
     """Fair dispatch: jobs of one queue handed to the broker ahead of the workers (published, not
-    yet started). The rest of the queue's backlog waits in Postgres and is released round-robin
-    by principal as workers start jobs, so another principal's job waits about one job's run
-    time per worker slot plus this many jobs. Set it near the number of worker slots that
-    consume the queue: lower is fairer, higher keeps fast workers busier."""
+    yet started), at least. The rest of the queue's backlog waits in Postgres and is released
+    round-robin by principal as workers start jobs, so another principal's job waits about one
+    job's run time per worker slot plus the jobs ahead of it in the broker. Set it near the
+    number of worker slots that consume the queue: lower is fairer, higher keeps fast workers
+    busier."""
+    dispatch_ahead_seconds: float = 0.1
+    """A queue whose workers run many short jobs gets more than ``dispatch_ahead`` in the broker:
+    about this many seconds of its work, from the rate its jobs were published at in the last
+    second (at most 256). A flood of tiny jobs keeps every worker busy; a queue of long jobs
+    keeps ``dispatch_ahead``. Another principal's job then waits at most about this long plus
+    one job per slot. 0: always ``dispatch_ahead``."""
     undispatched_after_seconds: float = 30.0
     """The sweeper also runs the fair publisher's pass for every queue, and re-publishes jobs the
     API marked published this long ago without a worker starting them and without the broker

@@ -1,19 +1,28 @@
 """Fair dispatch against real Postgres: the release pass (``store.backlog.RELEASE``), the
 waiting-for-input rule, putting jobs back, and the place in line shown to a waiting task.
 
-No broker: the store's release marks jobs published and returns them; the tests play the worker
-with ``claim`` and ``finish``.
+No broker, but for the last test: the store's release marks jobs published and returns them; the
+tests play the worker with ``claim`` and ``finish``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import redis
 
+from mcp_celery_tasks.celery_app import create_app
+from mcp_celery_tasks.channel import CircuitBreaker, Publisher
 from mcp_celery_tasks.errors import TooManyWaiting
+from mcp_celery_tasks.fair import BrokerUnavailable, release_and_publish
+from mcp_celery_tasks.outbox import FairPublisher
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore
+from tests import support
 from tests.integration.conftest import Db
 from tests.integration.test_maintenance import LEASE_S, new_task, row
 
@@ -198,3 +207,55 @@ async def test_an_input_request_over_the_principal_s_waiting_limit_is_a_tool_err
         assert store.open_inputs(second.task_id, "host:1:aaaa", "inbox", [ITEM])
     finally:
         store.close()
+
+
+async def test_a_release_whose_batch_fails_goes_back_to_the_backlog_whole(
+    api: ApiStore, store: WorkerStore, fair_settings: Settings
+) -> None:
+    alice = await backlog(api, ALICE, 3)
+    buffered: list[str] = []
+
+    @contextlib.contextmanager
+    def refused_at_flush() -> Iterator[None]:
+        yield
+        raise ConnectionError("the pipeline did not go through")
+
+    with pytest.raises(BrokerUnavailable):
+        release_and_publish(
+            store,
+            fair_settings,
+            lambda job, _q, _h: buffered.append(job),
+            queues={QUEUE: 3},
+            batch=refused_at_flush,
+        )
+    assert buffered == [r.job_id for r in alice]
+    # Every job of the release is back in its place (a message that did reach the broker is a
+    # duplicate the claim turns away).
+    assert store.release_jobs(QUEUE, 3, 0) == [(r.job_id, QUEUE) for r in alice]
+
+
+async def test_the_api_publishes_a_release_to_redis_in_one_batch(
+    api: ApiStore, fair_settings: Settings
+) -> None:
+    queue = f"mcpt.fair.{uuid.uuid4().hex[:8]}"
+    settings = fair_settings.model_copy(update={"broker_url": support.REDIS_URL, "dispatch_ahead": 3})
+    records = await backlog(api, ALICE, 5, queue=queue)
+    publisher = FairPublisher(
+        create_app(settings),
+        settings,
+        Publisher(
+            create_app(settings), on_published=lambda _ids: None, deadline_s=5, breaker=CircuitBreaker(3, 1)
+        ),
+    )
+    broker = redis.Redis.from_url(support.REDIS_URL)
+    try:
+        published, waiting = release_and_publish(
+            publisher._store, settings, publisher._publish, queues={queue: 5}, batch=publisher._batch
+        )
+        assert (published, waiting) == (3, True)
+        ids = [json.loads(m)["headers"]["id"] for m in reversed(broker.lrange(queue, 0, -1))]
+        assert ids == [r.job_id for r in records[:3]]  # in line order
+    finally:
+        broker.delete(queue)
+        broker.close()
+        publisher._store.close()
