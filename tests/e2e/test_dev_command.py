@@ -8,7 +8,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -16,6 +18,16 @@ import pytest
 
 from mcp_celery_tasks import devrecord
 from tests.support import ROOT, Client, free_port, wait_until
+
+
+@pytest.fixture
+def dev_dir() -> Iterator[Path]:
+    """A folder outside pytest's own temp root: the embedded Postgres runs as another user when
+    we are root and needs every parent traversable, while any pytest session that starts meanwhile
+    (a second one on the machine) resets ``/tmp/pytest-of-<user>`` to 0700."""
+    path = Path(tempfile.mkdtemp(prefix="mcpt-dev-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _processes_using(path: Path) -> list[psutil.Process]:
@@ -59,10 +71,10 @@ def _start_dev(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
 
 
 @pytest.mark.timeout(240)
-def test_dev_runs_a_tool_on_embedded_services_stops_cleanly_and_reuses_its_data(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
+def test_dev_runs_a_tool_on_embedded_services_stops_cleanly_and_reuses_its_data(dev_dir: Path) -> None:
+    data_dir = dev_dir / "data"
     port = free_port()
-    log = tmp_path / "dev.log"
+    log = dev_dir / "dev.log"
     dev = _start_dev(data_dir, port, log)
     try:
         wait_until(lambda: "is running" in log.read_text(), 120, 0.2, what="dev to print its banner")
@@ -155,12 +167,12 @@ def _redis_servers(data_dir: Path) -> list[psutil.Process]:
 
 
 @pytest.mark.timeout(600)
-def test_dev_never_leaks_after_sighup_or_kill_and_the_next_start_recovers(tmp_path: Path) -> None:
+def test_dev_never_leaks_after_sighup_or_kill_and_the_next_start_recovers(dev_dir: Path) -> None:
     if shutil.which("tmux") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI needs tmux for the terminal tests")
         pytest.skip("tmux is not installed")
-    checkout = tmp_path / "checkout"
+    checkout = dev_dir / "checkout"
     (checkout / "sub").mkdir(parents=True)
     data_dir = checkout / ".mcp-tasks"  # the default: how the CLI finds it from the checkout
     port = free_port()
@@ -187,12 +199,12 @@ def test_dev_never_leaks_after_sighup_or_kill_and_the_next_start_recovers(tmp_pa
     # 2. dev killed with SIGKILL and started again at once: the new one waits until the old
     # one's keeper has stopped Redis and Postgres, then starts its own. Killed in turn, its
     # children get their signal from the kernel and its keeper stops the services.
-    log = tmp_path / "dev.log"
+    log = dev_dir / "dev.log"
     dev = _start(checkout, port, log)
     wait_until(lambda: _ready(port), 180, 0.5, what="dev")
     dev.kill()
     dev.wait()
-    again = tmp_path / "again.log"
+    again = dev_dir / "again.log"
     dev = _start(checkout, port, again)
     wait_until(lambda: "is running" in again.read_text(), 180, 0.5, what="dev restarted at once")
     assert len(_redis_servers(data_dir)) == 1
