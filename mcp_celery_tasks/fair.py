@@ -56,7 +56,7 @@ def release_and_publish(
         backlogged.clear()
     for queue in scanned:
         ahead = settings.dispatch_ahead if window is None else window.size(queue)
-        released = store.release_jobs(queue, ahead, settings.max_waiting_inputs_per_principal)
+        released, room = store.release(queue, ahead, settings.max_waiting_inputs_per_principal)
         failed: list[str] = []
         sent = 0
         try:
@@ -82,10 +82,11 @@ def release_and_publish(
             store.undispatch(failed)
             store.broker_down(True)
             raise BrokerUnavailable(f"{len(failed)} jobs of {queue} went back to the backlog")
-        # The queue had a backlog; a hinted queue, when fewer jobs left than were just created
-        # there (no room) or as many as it had room for (more may wait).
-        left = len(released)
-        more = queues is None or left < queues[queue] or left >= ahead
+        # A backlog may still wait when the release filled the queue's room (or there was none:
+        # whatever waits, waits for a slot). Released fewer than the room: nothing eligible is
+        # left (a principal over its waiting-inputs limit waits for a status change, which wakes
+        # a pass, or for the next scan).
+        more = room <= 0 or len(released) >= room
         waiting = waiting or more
         if backlogged is not None and more:
             backlogged.add(queue)  # only a scan (``queues`` None) forgets one

@@ -44,6 +44,8 @@ _STILL_BACKLOGGED = 1 << 62
 """A known backlog counts as more jobs than any pass releases: only a scan says it is gone."""
 _COALESCE_S = 0.002
 """After a wake-up, so that a burst of creates or finished jobs makes one pass."""
+_BURST_S = 0.005
+"""A wake-up this soon after the last pass is part of a burst (and waits ``_COALESCE_S``)."""
 _MAX_HEADERS = 10_000
 """Trace headers kept for jobs still in the backlog (older ones publish without a trace)."""
 
@@ -77,7 +79,7 @@ class FairPublisher:
         self._broker_down: bool | None = None
         self._window = DispatchWindow(settings)
         self._backlog_gap_s = settings.dispatch_ahead_seconds / 4
-        self._pass_started = 0.0
+        self._pass_started = self._pass_ended = 0.0
         self._producer: Any = None
         """The producer of the release being published (fair thread only)."""
         self._thread = threading.Thread(target=self._loop, name="mcp-fair-dispatch", daemon=True)
@@ -131,18 +133,22 @@ class FairPublisher:
                 with self._headers_lock:
                     self._everything = self._rescan = True  # every queue, at least once a second
             if woken:
-                # A burst of creates or finished jobs makes one pass. While a backlog waits, every
-                # finished job wakes the thread; the broker then holds about
-                # ``dispatch_ahead_seconds`` of work, so passes a quarter of that apart keep it
-                # fed at a fraction of the database work (a pass per noop job cost the pool a
-                # third of its drain rate).
-                gap = self._backlog_gap_s if tick == _BUSY_TICK_S else 0.0
-                time.sleep(max(_COALESCE_S, self._pass_started + gap - time.monotonic()))
+                now = time.monotonic()
+                if tick == _BUSY_TICK_S:
+                    # While a backlog waits, every finished job wakes the thread; the broker
+                    # holds about ``dispatch_ahead_seconds`` of work, so passes a quarter of that
+                    # apart keep it fed at a fraction of the database work (a pass per finished
+                    # noop job cost the pool a third of its drain rate).
+                    time.sleep(max(_COALESCE_S, self._pass_started + self._backlog_gap_s - now))
+                elif now - self._pass_ended < _BURST_S:
+                    time.sleep(_COALESCE_S)  # a burst of creates or finished jobs: one pass
+                # else: the first create after a quiet spell goes out at once
             self._poke.clear()
             if self._stopping:
                 return
             self._pass_started = time.monotonic()
             tick = self._pass()
+            self._pass_ended = time.monotonic()
 
     def _pass(self) -> float:
         if not self.breaker.allow():

@@ -103,8 +103,11 @@ WITH RECURSIVE owners AS (
     WHERE t.task_id = picked.task_id AND t.dispatched_at IS NULL AND t.status IN {_ACTIVE}
     RETURNING t.job_id, t.queue, t.task_id, picked.turn, picked.created_at
 )
--- In turn order: the broker hands them out first in, first out.
-SELECT job_id, queue FROM upd ORDER BY turn, created_at, task_id
+-- In turn order: the broker hands them out first in, first out. Each row also says how much
+-- room the queue had; nothing released still gives one row (NULL job) with the room.
+SELECT u.job_id, u.queue, f.n AS room
+FROM free f LEFT JOIN upd u ON true
+ORDER BY u.turn, u.created_at, u.task_id
 """
 
 # Jobs the publisher could not publish go back to the backlog (same place in line: created_at).

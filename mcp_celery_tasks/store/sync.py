@@ -381,6 +381,11 @@ class WorkerStore:
     def release_jobs(self, queue: str, ahead: int, max_waiting: int) -> list[tuple[str, str]]:
         """Mark the next jobs of ``queue`` published, round-robin by principal, so that at most
         ``ahead`` wait in the broker (``store.backlog.RELEASE``); the caller publishes them."""
+        return self.release(queue, ahead, max_waiting)[0]
+
+    def release(self, queue: str, ahead: int, max_waiting: int) -> tuple[list[tuple[str, str]], int]:
+        """``release_jobs``, and the room the queue had in the broker before this release: fewer
+        released than that means nothing eligible is left in its backlog."""
         params = {"queue": queue, "ahead": ahead, "max_waiting": max_waiting}
         # One round trip: BEGIN, the queue's lock, the release and COMMIT are pipelined.
         with self._connection() as conn, conn.pipeline():
@@ -388,7 +393,8 @@ class WorkerStore:
                 conn.execute(backlog.LOCK_QUEUE, params)
                 cursor = conn.execute(backlog.RELEASE, params)
             rows = cursor.fetchall()
-        return [(row["job_id"], row["queue"]) for row in rows]
+        room = int(rows[0]["room"]) if rows else 0
+        return [(row["job_id"], row["queue"]) for row in rows if row["job_id"] is not None], room
 
     def undispatch(self, job_ids: Sequence[str]) -> int:
         """Put released jobs that could not be published back into the backlog."""

@@ -17,7 +17,7 @@
 #   SERVER_CPUS [0]  CLIENT_CPUS [1]  HARNESS_ARGS (extra mcpbench args)  SEGMENTS  FIRST_ROUND [1]
 #   OURS_PORT [18901]  OURS_BROKER [redis://127.0.0.1:6379/6]  OURS_QUEUE [mcp.bench]
 #   OURS_DB [mcp_tasks_bench] on PGHOST [127.0.0.1] / PGPORT [5432] as PGUSER [postgres]
-#   OURS_CLI      [<repo>/.venv/bin/mcp-celery-tasks]  OURS_SCENARIOS [S1,S2,S3,S3b,S5,S6]
+#   OURS_CLI      [<repo>/.venv/bin/mcp-celery-tasks]  OURS_SCENARIOS [S1,S2,S3,S3b,S4,S5,S6]
 #   OURS_WORKER_CONCURRENCY [2]   OURS_ENV  extra MCP_TASKS_* assignments for our processes,
 #                                 e.g. OURS_ENV="MCP_TASKS_DB_POOL_MAX=20"
 #   REDIS_PID     redis-server pid for the aux CPU column [oldest redis-server]
@@ -45,7 +45,7 @@ OURS_BROKER=${OURS_BROKER:-redis://127.0.0.1:6379/6}
 OURS_QUEUE=${OURS_QUEUE:-mcp.bench}
 OURS_DB=${OURS_DB:-mcp_tasks_bench}
 OURS_CLI=${OURS_CLI:-$ROOT/.venv/bin/mcp-celery-tasks}
-OURS_SCENARIOS=${OURS_SCENARIOS:-S1,S2,S3,S3b,S5,S6}   # no S4 until we have the `ask` tool
+OURS_SCENARIOS=${OURS_SCENARIOS:-S1,S2,S3,S3b,S4,S5,S6}
 OURS_WORKER_CONCURRENCY=${OURS_WORKER_CONCURRENCY:-2}
 OURS_ENV=${OURS_ENV:-}
 export PGHOST=${PGHOST:-127.0.0.1} PGPORT=${PGPORT:-5432} PGUSER=${PGUSER:-postgres}
