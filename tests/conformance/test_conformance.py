@@ -70,6 +70,7 @@ SCENARIOS = [
     "input-required-result-validate-input",
     "json-schema-2020-12",
     "http-custom-header-server-validation",
+    "server-sse-multiple-streams",
 ]
 
 pytestmark = pytest.mark.conformance
