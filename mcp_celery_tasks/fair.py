@@ -108,7 +108,9 @@ class DispatchWindow:
     publisher's thread uses it.
     """
 
-    CAP = 256
+    CAP = 64
+    """At 0.1 s of work, enough for a pool running 640 jobs a second; it also bounds how many
+    long jobs a queue that just ran a flood of tiny ones can hand out at once."""
     _PACE_S = 1.0
 
     def __init__(self, settings: Settings) -> None:

@@ -306,9 +306,11 @@ class Settings(BaseSettings):
     dispatch_ahead_seconds: float = 0.1
     """A queue whose workers run many short jobs gets more than ``dispatch_ahead`` in the broker:
     about this many seconds of its work, from the rate its jobs were published at in the last
-    second (at most 256). A flood of tiny jobs keeps every worker busy; a queue of long jobs
+    second (at most 64). A flood of tiny jobs keeps every worker busy; a queue of long jobs
     keeps ``dispatch_ahead``. Another principal's job then waits at most about this long plus
-    one job per slot. 0: always ``dispatch_ahead``."""
+    one job per slot. A queue that mixes tiny and long jobs can, right after a flood of tiny
+    ones, hand out that larger window of long ones: give long tools a queue of their own
+    (``@tool(queue=...)``), or set 0 there. 0: always ``dispatch_ahead``."""
     undispatched_after_seconds: float = 30.0
     """The sweeper also runs the fair publisher's pass for every queue, and re-publishes jobs the
     API marked published this long ago without a worker starting them and without the broker
