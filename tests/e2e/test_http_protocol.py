@@ -362,12 +362,15 @@ def test_discover_advertises_the_tasks_extension_and_no_legacy_tasks_capability(
 
 
 def test_every_result_carries_result_type_and_server_info(client: Client, completed_task: str) -> None:
+    # The synchronous call first: it needs a free worker slot, and the live task below holds one.
+    replies = {
+        "server/discover": client.request("server/discover"),
+        "tools/list": client.request("tools/list"),
+        "tools/call (sync)": client.call_tool("greet", {"name": "Ada"}),
+    }
     live = client.start("slow_compute", {"seconds": 30, "label": "meta"})
     try:
-        replies = {
-            "server/discover": client.request("server/discover"),
-            "tools/list": client.request("tools/list"),
-            "tools/call (sync)": client.call_tool("greet", {"name": "Ada"}),
+        replies |= {
             "tools/call (task)": client.call_tool("noop"),
             "tasks/get": client.get(completed_task),
             "tasks/update": client.update(live, {}),
