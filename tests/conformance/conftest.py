@@ -25,6 +25,8 @@ def stack(template_db: str) -> Iterator[support.Stack]:
             f"{SUFFIX}c",
             concurrency=3,
             MCP_TASKS_SYNC_INPUT_TIMEOUT_SECONDS="5",
+            # Scenarios leave jobs running; at teardown there is nothing to hand back gracefully.
+            MCP_TASKS_WORKER_SOFT_SHUTDOWN_SECONDS="1",
         ) as live:
             yield live
     finally:
