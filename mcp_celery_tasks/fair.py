@@ -10,7 +10,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection
 from contextlib import AbstractContextManager, nullcontext
 
 from mcp_celery_tasks.settings import Settings
@@ -34,13 +34,13 @@ def release_and_publish(
     publish: Publish,
     *,
     trace_headers: dict[str, dict[str, str]] | None = None,
-    queues: Mapping[str, int] | None = None,
+    queues: Collection[str] | None = None,
     backlogged: set[str] | None = None,
     window: DispatchWindow | None = None,
     batch: Batch = nullcontext,
 ) -> tuple[int, bool]:
-    """One fair pass over ``queues`` (queue -> jobs just created there; default: every queue
-    with a backlog): release, publish, put back what failed.
+    """One fair pass over ``queues`` (those jobs were just created in or that had a backlog;
+    default: every queue with a backlog): release, publish, put back what failed.
 
     ``publish(job_id, queue, headers)`` raises when the broker refuses. Returns (jobs published,
     whether a backlog may still wait). Store errors propagate (``InfrastructureError``).

@@ -40,8 +40,6 @@ _IDLE_TICK_S = 1.0
 """Between passes when no backlog waits (a missed NOTIFY costs at most this)."""
 _BUSY_TICK_S = 0.1
 """Between passes while a backlog waits for room in the broker."""
-_STILL_BACKLOGGED = 1 << 62
-"""A known backlog counts as more jobs than any pass releases: only a scan says it is gone."""
 _COALESCE_S = 0.002
 """After a wake-up, so that a burst of creates or finished jobs makes one pass."""
 _BURST_S = 0.005
@@ -61,7 +59,7 @@ class FairPublisher:
         self._store = WorkerStore(settings, application_name="mcp-celery-tasks-dispatch")
         self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_reset_seconds)
         self._poke = threading.Event()
-        self._hinted: dict[str, int] = {}
+        self._hinted: set[str] = set()
         self._backlog_seen = True
         """The last passes left a backlog somewhere (or could not tell): status changes then
         wake a pass, since a freed slot is the backlog's turn. Without a backlog they do not
@@ -99,7 +97,7 @@ class FairPublisher:
 
     def publish_job(self, job_id: str, queue_name: str, headers: dict[str, str] | None = None) -> None:
         with self._headers_lock:
-            self._hinted[queue_name] = self._hinted.get(queue_name, 0) + 1
+            self._hinted.add(queue_name)
             if headers:
                 self._headers[job_id] = headers
                 while len(self._headers) > _MAX_HEADERS:
@@ -157,13 +155,13 @@ class FairPublisher:
         try:
             with self._headers_lock:
                 headers = dict(self._headers)
-                hinted, self._hinted = self._hinted, {}
-                queues: dict[str, int] | None = hinted
+                hinted, self._hinted = self._hinted, set()
+                queues: set[str] | None = hinted
                 if self._rescan:
                     queues = None
                     self._scanned_at = time.monotonic()
                 elif self._everything:  # the queues that had a backlog (until the next scan)
-                    queues = {**hinted, **dict.fromkeys(self._backlogged, _STILL_BACKLOGGED)}
+                    queues = hinted | self._backlogged
                 self._everything = self._rescan = False
             offered = set(headers)
             try:
