@@ -335,13 +335,29 @@ def _meta(params: dict[str, Any], headers: Headers) -> RequestMeta:
 # ---- observing -------------------------------------------------------------------------------
 
 
+_SERIES: dict[tuple[str, int], tuple[Any, Any]] = {}
+_SERIES_CACHED = 512  # methods x codes seen; a tool's own error codes could be many
+
+
+def _series(method: str, code: int) -> tuple[Any, Any]:
+    """The request counter and latency histogram of one method and code (``labels()`` looks
+    them up under a lock on every call; a few µs per request)."""
+    series = _SERIES.get((method, code))
+    if series is None:
+        series = (metrics.rpc_requests.labels(method, str(code)), metrics.rpc_seconds.labels(method))
+        if len(_SERIES) < _SERIES_CACHED:
+            _SERIES[(method, code)] = series
+    return series
+
+
 def _observe(reply: Reply, counted: bool) -> None:
     """Count and time a finished request; log it (method, code, latency; never its params)."""
     code = (reply.body or {}).get("error", {}).get("code", 0) if reply.body else 0
     elapsed = time.perf_counter() - reply.started
     if counted:
-        metrics.rpc_requests.labels(reply.method, str(code)).inc()
-        metrics.rpc_seconds.labels(reply.method).observe(elapsed)
+        requests, seconds = _series(reply.method, code)
+        requests.inc()
+        seconds.observe(elapsed)
     if request_log.isEnabledFor(logging.INFO):
         request_log.info(
             "%s %s %.1f ms",

@@ -15,7 +15,7 @@ import contextlib
 import ipaddress
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,6 +23,9 @@ from urllib.parse import urlsplit
 import pydantic_core
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.requests import ClientDisconnect
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from mcp_celery_tasks import app as composition
 from mcp_celery_tasks import dispatch, metrics, migrate
@@ -59,6 +62,9 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")  # NaN and Infinity are JavaScript, not JSON
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+
+
 def _origin_allowed(origin: str, settings: Settings) -> bool:
     if origin in settings.allowed_origins:
         return True
@@ -76,18 +82,22 @@ def _header(request: Request, name: str) -> str | None:
     return value.strip() if value is not None else None
 
 
-async def _read_body(request: Request, limit: int) -> bytes | None:
-    declared = request.headers.get("content-length")
+async def _read_body(request: Request, declared: str | None, limit: int) -> bytes | None:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         return None
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:  # Request.stream() without its async generator: one message for most bodies
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             return None
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 LARGE_BODY = 64 * 1024
@@ -138,34 +148,49 @@ class BodyBudget:
                 self._freed.notify_all()
 
 
-async def _handle(services: Services, request: Request, principal: str, budget: BodyBudget) -> dispatch.Reply:
+def _request_headers(request: Request) -> dict[str, str]:
+    """Every request header in one pass (the names are lower-case on the wire in ASGI; a
+    repeated header keeps its last value)."""
+    return {key.decode("latin-1"): value.decode("latin-1") for key, value in request.scope["headers"]}
+
+
+async def _handle(
+    services: Services, request: Request, headers: dict[str, str], principal: str, budget: BodyBudget
+) -> dispatch.Reply:
     """Read, parse and dispatch one request within its principal's and the process's limits."""
     settings = services.settings
     quotas = services.tasks.quotas
     limits = await quotas.limits(principal)
     with quotas.request(principal, limits):
-        declared = request.headers.get("content-length")
+        declared = headers.get("content-length")
         size = int(declared) if declared is not None and declared.isdigit() else settings.max_body_bytes
         large = size > LARGE_BODY
         async with budget.reserve(size) if large else contextlib.nullcontext():
-            body = await _parsed_body(request, settings)
-        headers = dispatch.Headers(
-            protocol_version=_header(request, "mcp-protocol-version"),
-            method=_header(request, "mcp-method"),
-            name=_header(request, "mcp-name"),
-            session_id=_header(request, "mcp-session-id"),
-            accepts_sse="text/event-stream" in request.headers.get("accept", ""),
-            params={
-                key[len("mcp-param-") :]: value.strip()
-                for key, value in request.headers.items()
-                if key.startswith("mcp-param-")  # starlette lower-cases header names
-            },
-        )
-        return await dispatch.dispatch(services, body, headers, principal)
+            body = await _parsed_body(request, declared, settings)
+        return await dispatch.dispatch(services, body, _rpc_headers(headers), principal)
 
 
-async def _parsed_body(request: Request, settings: Settings) -> Any:
-    raw = await _read_body(request, settings.max_body_bytes)
+def _rpc_headers(headers: dict[str, str]) -> dispatch.Headers:
+    def stripped(name: str) -> str | None:
+        value = headers.get(name)
+        return value.strip() if value is not None else None
+
+    return dispatch.Headers(
+        protocol_version=stripped("mcp-protocol-version"),
+        method=stripped("mcp-method"),
+        name=stripped("mcp-name"),
+        session_id=stripped("mcp-session-id"),
+        accepts_sse="text/event-stream" in headers.get("accept", ""),
+        params={
+            key[len("mcp-param-") :]: value.strip()
+            for key, value in headers.items()
+            if key.startswith("mcp-param-")
+        },
+    )
+
+
+async def _parsed_body(request: Request, declared: str | None, settings: Settings) -> Any:
+    raw = await _read_body(request, declared, settings.max_body_bytes)
     if raw is None:
         raise _Refused(
             _error(413, InvalidRequest(f"Request body larger than {settings.max_body_bytes} bytes"))
@@ -178,7 +203,7 @@ async def _parsed_body(request: Request, settings: Settings) -> Any:
         )
         raise _Refused(_error(413, tooling))
     try:
-        body = json.loads(raw, parse_constant=_no_constants)
+        body = _DECODER.decode(raw.decode("utf-8-sig"))  # RFC 8259: UTF-8; a BOM may be ignored
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise _Refused(_error(400, ParseError("Parse error: the body is not valid JSON"))) from None
     problem = dispatch.unstorable(body)
@@ -190,10 +215,24 @@ async def _parsed_body(request: Request, settings: Settings) -> Any:
     return body
 
 
+class _Endpoint:
+    """An ASGI endpoint over ``handler(request) -> Response``: Starlette's ``request_response``
+    without its per-request exception-handler wrapping (this app registers no handlers; an
+    escaped exception still reaches ServerErrorMiddleware, a bare 500)."""
+
+    def __init__(self, handler: Callable[[Request], Awaitable[Response]]) -> None:
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self.handler(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+
 def create_server(settings: Settings) -> FastAPI:
     """The ASGI app. The services start with the lifespan (``app.running``)."""
     authenticator = Authenticator(settings)
     head = migrate.head_revision()
+    tracing_on = bool(settings.trace_file or settings.otlp_endpoint)
     budget = BodyBudget(settings.max_inflight_body_bytes)
 
     @asynccontextmanager
@@ -202,16 +241,23 @@ def create_server(settings: Settings) -> FastAPI:
             yield {"services": services}
 
     app = FastAPI(
-        title="mcp-celery-tasks", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+        title="mcp-celery-tasks",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        # FastAPI's own request spans only when this process exports traces (tracing.configure);
+        # otherwise it looks up three OpenTelemetry providers on every request for nothing.
+        telemetry={"tracing": tracing_on, "metrics": False, "logs": False},
     )
 
-    @app.post("/mcp")
     async def mcp_post(request: Request) -> Response:
         services: Services = request.state.services
-        origin = request.headers.get("origin")
+        headers = _request_headers(request)
+        origin = headers.get("origin")
         if origin is not None and not _origin_allowed(origin, settings):
             return _error(403, InvalidRequest("Origin not allowed"))
-        authorization = request.headers.get("authorization")
+        authorization = headers.get("authorization")
         try:
             if authorization and authorization.count(".") == 2 and settings.jwt_jwks_url:
                 principal = await asyncio.to_thread(authenticator.principal, authorization)  # may fetch JWKS
@@ -221,7 +267,7 @@ def create_server(settings: Settings) -> FastAPI:
             challenge = authenticator.challenge(str(request.base_url), str(exc))
             return _error(401, InvalidRequest(f"Unauthorized: {exc}"), **{"WWW-Authenticate": challenge})
         try:
-            reply = await _handle(services, request, principal, budget)
+            reply = await _handle(services, request, headers, principal, budget)
         except QuotaExceeded as exc:
             return _error(exc.http_status, exc, **exc.headers)
         except _Busy:
@@ -240,7 +286,7 @@ def create_server(settings: Settings) -> FastAPI:
                 return Response(status_code=reply.http_status, headers=reply.headers)
             return _json(reply.http_status, reply.body, reply.headers)
         settled = asyncio.create_task(dispatch.settle(services, reply))
-        if "text/event-stream" in request.headers.get("accept", ""):
+        if "text/event-stream" in headers.get("accept", ""):
             # A call that settles at once is answered as JSON, with its own status (-32021 is
             # HTTP 400); a longer one streams, and its status is committed as 200.
             try:
@@ -256,6 +302,10 @@ def create_server(settings: Settings) -> FastAPI:
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
         return await _json_when_settled(reply, settled, request)
+
+    # The hot path is a plain Starlette route: the JSON-RPC body is parsed and validated by
+    # dispatch, so FastAPI's per-request dependency solving and query parsing would buy nothing.
+    app.router.routes.append(Route("/mcp", _Endpoint(mcp_post), methods=["POST"]))
 
     @app.get("/mcp")
     async def mcp_get() -> Response:

@@ -8,6 +8,7 @@ say so: ``TaskCreated`` is SEP-2663's ``CreateTaskResult``, ``DetailedTaskResult
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -207,16 +208,22 @@ _ALWAYS = frozenset({"ttlMs"})  # required on the wire even when null
 def dump(model: BaseModel) -> dict[str, Any]:
     """Serialize by alias without nulls, keeping the keys the spec requires even when null."""
     data = model.model_dump(by_alias=True, exclude_none=True, mode="json")
-    for name, field in type(model).model_fields.items():
-        alias = field.alias or name
-        if alias in _ALWAYS and alias not in data:
+    for alias in _always(type(model)):
+        if alias not in data:
             data[alias] = None
     return data
 
 
+@functools.cache
+def _always(model: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(
+        alias for name, field in model.model_fields.items() if (alias := field.alias or name) in _ALWAYS
+    )
+
+
 def iso(moment: datetime) -> str:
-    """ISO 8601 in UTC with millisecond precision and a ``Z``."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    """ISO 8601 in UTC with millisecond precision (truncated) and a ``Z``."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"  # drops "+00:00"
 
 
 def declares_tasks(capabilities: dict[str, Any] | None) -> bool:

@@ -73,6 +73,9 @@ class MemoryApiStore:
             queue=task.queue,
             inbox=row.inbox,
             dispatched_at=row.created_at,  # no fair backlog here: handed to the broker at once
+            progress=None,
+            progress_total=None,
+            log_seq=0,
             db_now=_now(),
         )
 

@@ -1,5 +1,6 @@
 """Parameter building shared by both executors (rows map onto records through psycopg's
-``class_row``: the column lists in ``queries`` are the records' field names)."""
+``class_row`` or ``args_row``: the column lists in ``queries`` are the records' field names, in
+order)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ __all__ = ["CLAIMED_COLUMNS", "INPUT_COLUMNS", "NOTIFY_CHANNEL", "TASK_COLUMNS"]
 
 
 def _columns(record: type, *computed: str) -> str:
-    """The record's fields as a column list (rows map onto records by name: psycopg's
-    ``class_row``); ``computed`` fields are spelled out by each query."""
+    """The record's fields as a column list, in order (rows map onto records by name, psycopg's
+    ``class_row``, or by position, ``args_row``); ``computed`` fields are spelled out by each
+    query, after the list."""
     return ", ".join(f.name for f in fields(record) if f.name not in computed)
 
 

@@ -46,7 +46,11 @@ class NewTask:
 
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
-    """A task as clients and the API see it (arguments are not loaded)."""
+    """A task as clients and the API see it (arguments are not loaded).
+
+    Rows map onto it by position (psycopg ``args_row``): the queries select ``TASK_COLUMNS``
+    (these fields in this order) and then ``db_now``, which is why ``db_now`` comes last.
+    """
 
     task_id: str
     job_id: str
@@ -65,13 +69,13 @@ class TaskRecord:
     inbox: str | None
     dispatched_at: datetime | None
     """When the job left the fair backlog for the broker (None: still waiting its turn)."""
+    progress: float | None
+    progress_total: float | None
+    """The job's last numeric progress report (``notifications/progress`` of a synchronous call)."""
+    log_seq: int
+    """How many log messages the job recorded for its synchronous caller."""
     db_now: datetime
     """The database clock when the row was read: TTLs are computed against it."""
-    progress: float | None = None
-    progress_total: float | None = None
-    """The job's last numeric progress report (``notifications/progress`` of a synchronous call)."""
-    log_seq: int = 0
-    """How many log messages the job recorded for its synchronous caller."""
 
     @property
     def active(self) -> bool:

@@ -5,9 +5,11 @@
 
 Starts a test stack (scratch database ``mcp_perf_get``), creates 300 ``noop`` tasks and waits for
 them, then runs ``wrk`` with shared/bench's ``tasks_get.lua`` over their ids (pinned to CPU 1
-with ``taskset``; the stack is not pinned). With ``--py-spy`` the API is sampled at 200 Hz into
-``--out`` (py-spy's raw format) and the share of samples per library is printed. Needs ``wrk``,
-``taskset`` and the shared bench next to the checkout (``../shared/bench``, or ``BENCH_DIR``).
+with ``taskset``). The API is pinned to CPU 0; its CPU per get (user and system) and its busy
+threads are printed. With ``--py-spy`` the API is sampled at 200 Hz into ``--out`` (py-spy's raw
+format; ``PY_SPY_ARGS`` adds options, e.g. ``--native``) and the share of samples per library is
+printed. Needs ``wrk``, ``taskset`` and the shared bench next to the checkout
+(``../shared/bench``, or ``BENCH_DIR``).
 """
 
 from __future__ import annotations
@@ -62,11 +64,24 @@ def main() -> int:
             if args.py_spy:
                 record = ["record", "-p", str(stack.api.popen.pid), "-d", str(args.seconds)]
                 spy = subprocess.Popen(
-                    [args.py_spy, *record, "-f", "raw", "-o", args.out, "-r", "200"],
+                    [
+                        args.py_spy,
+                        *record,
+                        "-f",
+                        "raw",
+                        "-o",
+                        args.out,
+                        "-r",
+                        "200",
+                        *os.environ.get("PY_SPY_ARGS", "").split(),
+                    ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
                 time.sleep(0.5)
+            api_pid = stack.api.popen.pid
+            subprocess.run(["taskset", "-acp", "0", str(api_pid)], check=True, capture_output=True)
+            cpu_before = _cpu_seconds(api_pid)
             load = ["wrk", "-t1", f"-c{args.connections}", f"-d{args.seconds}s"]
             wrk = subprocess.run(
                 ["taskset", "-c", "1", *load, "-s", str(lua / "tasks_get.lua"), stack.url],
@@ -75,17 +90,38 @@ def main() -> int:
                 text=True,
                 check=True,
             )
+            cpu_after = _cpu_seconds(api_pid)
+            for task in sorted(Path(f"/proc/{api_pid}/task").iterdir()):
+                spent = sum(_cpu_seconds(api_pid, int(task.name)))
+                if spent >= 0.05:  # since the API started: threads that did work
+                    print(f"  thread {task.name} ({(task / 'comm').read_text().strip()}): {spent:.2f} s CPU")
+            user, system = (after - before for after, before in zip(cpu_after, cpu_before, strict=True))
             print(
                 "\n".join(
                     line for line in wrk.stdout.splitlines() if "Requests/sec" in line or "Latency" in line
                 )
             )
+            done = re.search(r"(\d+) requests in", wrk.stdout)
+            if done:
+                gets = int(done.group(1))
+                print(
+                    f"API CPU per get: {(user + system) / gets * 1e6:.0f} us (user {user / gets * 1e6:.0f},"
+                    f" system {system / gets * 1e6:.0f}; API pinned to CPU 0)"
+                )
             if spy is not None:
                 spy.wait(60)
                 summarize(Path(args.out))
     finally:
         support.drop_database(DB)
     return 0
+
+
+def _cpu_seconds(pid: int, thread: int | None = None) -> tuple[float, float]:
+    """User and system CPU of one process (its threads included) or of one of its threads."""
+    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    fields = stat.read_text().rpartition(")")[2].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def summarize(raw: Path) -> None:

@@ -4,10 +4,13 @@ tasks that nobody runs any more."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from mcp_types import jsonrpc as codes
+from psycopg_pool import PoolTimeout
 
 from mcp_celery_tasks import gc
 from mcp_celery_tasks.errors import InfrastructureError
@@ -149,3 +152,37 @@ async def test_a_sweep_that_could_not_reach_the_database_holds_back_lost_lease_r
         assert published == [(record.job_id, "mcp.default")]
     finally:
         store.close()
+
+
+async def test_statements_beyond_the_pool_wait_their_turn_and_a_full_pool_answers_within_the_bound(
+    settings: Settings,
+) -> None:
+    """``ApiStore`` queues statements on its slots (one per pooled connection): many more than
+    the pool all get answers; when every slot stays busy, a waiter gives up after the connect
+    bound as the pool would (a 503 upstream), not after the busy statements end."""
+    bound_s = 0.4
+    store = ApiStore(
+        settings.model_copy(
+            update={"db_pool_min": 1, "db_pool_max": 2, "db_connect_timeout_seconds": bound_s}
+        )
+    )
+    await store.open()
+    try:
+        record = await store.create_task(new_task())
+        assert record is not None
+        reads = await asyncio.gather(*(store.get_task(record.task_id, record.owner) for _ in range(40)))
+        assert all(read is not None and read.task_id == record.task_id for read in reads)
+
+        busy = [asyncio.create_task(store._fetch("SELECT pg_sleep(3)", {})) for _ in range(2)]
+        await asyncio.sleep(0.3)  # both slots taken
+        started = time.monotonic()
+        with pytest.raises(InfrastructureError) as raised:
+            await store.get_task(record.task_id, record.owner)
+        waited = time.monotonic() - started
+        assert bound_s * 0.9 <= waited < 2.0, waited
+        assert isinstance(raised.value.__cause__, PoolTimeout)
+        for task in busy:
+            task.cancel()
+        await asyncio.gather(*busy, return_exceptions=True)
+    finally:
+        await store.close()

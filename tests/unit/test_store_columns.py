@@ -1,5 +1,6 @@
 """The store's column lists are the records' field names, and every one is a column of the schema:
-rows map onto records by name (psycopg ``class_row``), so a rename on either side fails here."""
+rows map onto records by name (psycopg ``class_row``) or, on the API's hot reads, by position
+(``args_row``), so a rename or a reorder on either side fails here."""
 
 from __future__ import annotations
 
@@ -30,6 +31,26 @@ def test_input_columns_are_input_record_fields_and_schema_columns() -> None:
     listed = _listed(queries.INPUT_COLUMNS)
     assert listed == [f.name for f in fields(InputRecord)]
     assert set(listed) <= set(task_inputs.c.keys())
+
+
+def test_positional_reads_select_the_record_fields_in_order() -> None:
+    """``ApiStore`` builds TaskRecord and InputRecord rows by position: every query it reads them
+    with selects the listed columns and then ``db_now`` (the record's last field), nothing else."""
+    from mcp_celery_tasks.store import session_queries
+
+    assert [f.name for f in fields(TaskRecord)][-1] == "db_now"
+    for name, sql in [
+        ("CREATE_TASK", queries.CREATE_TASK),
+        ("GET_TASK", queries.GET_TASK),
+        ("GET_TASKS", queries.GET_TASKS),
+        ("LIST_TASKS", session_queries.LIST_TASKS),
+    ]:
+        listed = sql.split(queries.TASK_COLUMNS + ", ", 1)
+        assert len(listed) == 2, name
+        computed, _, rest = listed[1].partition(" AS db_now")
+        assert rest and "," not in computed and not rest.lstrip().startswith(","), name
+    selected = queries.OUTSTANDING_INPUTS.split(f"SELECT {queries.INPUT_COLUMNS}\n", 1)
+    assert len(selected) == 2 and selected[1].lstrip().startswith("FROM "), "OUTSTANDING_INPUTS"
 
 
 def test_queries_select_the_listed_columns() -> None:
