@@ -84,21 +84,29 @@ class BrokerProfile:
 
 
 class RedisProfile(BrokerProfile):
-    """Redis: a job that stays unacknowledged past ``visibility_timeout`` is delivered again.
+    """Redis: a delivered job leaves the list. By default (``redis_ack_emulation`` off) it is
+    gone from Redis from then on: a graceful stop or a killed child puts it back, and the
+    sweeper re-publishes the jobs of a worker that died. With kombu's ack emulation on, a job
+    unacknowledged past ``visibility_timeout`` is delivered again.
 
     Queue depth: a Redis queue is a list, and an empty list is no key at all, so a queue that
-    does not exist is the normal empty case (0). A message delivered to a worker that then lost
-    its connection is kept aside until the visibility timeout, not counted as waiting.
+    does not exist is the normal empty case (0). A delivered message is not counted as waiting.
     """
 
     schemes = ("redis", "rediss")
 
     def transport_options(self, settings: Settings) -> dict[str, Any]:
+        if not settings.redis_ack_emulation:
+            return {"ack_emulation": False}
         # Above the longest job including input waits: the lease sweeper, not the visibility
         # timeout, is the fast recovery path after a crash.
         return {"visibility_timeout": settings.redis_visibility_timeout_seconds}
 
-    def redelivery_limit(self, transport_options: Mapping[str, Any], settings: Settings) -> RedeliveryLimit:
+    def redelivery_limit(
+        self, transport_options: Mapping[str, Any], settings: Settings
+    ) -> RedeliveryLimit | None:
+        if not transport_options.get("ack_emulation", True):
+            return None  # nothing is ever redelivered by time
         seconds = float(transport_options.get("visibility_timeout", KOMBU_REDIS_VISIBILITY_TIMEOUT_S))
         return RedeliveryLimit(seconds, "Redis visibility_timeout")
 

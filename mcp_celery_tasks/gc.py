@@ -189,8 +189,9 @@ def _lost(
 
     Fair dispatch keeps few published-but-unstarted jobs per queue, so they can be counted: when
     the broker holds fewer messages in a queue than that count, the difference was lost (a
-    broker that lost its data, a worker that lost its connection before starting the job; Redis
-    keeps such a message aside until its visibility timeout, RabbitMQ requeues it). The oldest
+    broker that lost its data, a worker that died or lost its connection before starting the
+    job: on Redis the message is gone, or with ack emulation kept aside until its visibility
+    timeout; RabbitMQ requeues it). The oldest
     of them, once older than ``republish_idle_queue_after_seconds``, are published again. When
     the broker cannot be asked, only after ``republish_unstarted_after_seconds``.
     """

@@ -330,13 +330,23 @@ class Settings(BaseSettings):
     has started (at most ``dispatch_ahead`` plus redeliveries, thanks to fair dispatch), the
     missing ones are published again once they are this old, oldest first, each at most once
     per this period (a broker that lost its data, or a worker that lost its connection before
-    starting the job: Redis keeps such a message aside until its visibility timeout). A
-    duplicate is a no-op at the claim."""
+    starting the job: on Redis such a message is gone, or with ``redis_ack_emulation`` kept
+    aside until its visibility timeout). A duplicate is a no-op at the claim."""
     lease_grace_seconds: float = 5.0
     """The sweeper re-publishes an active task whose lease ran out this long ago."""
 
+    redis_ack_emulation: bool = False
+    """kombu's acknowledgement emulation on Redis: each delivered job is also written to an
+    ``unacked`` hash and sorted set and removed at the ack, and comes back after
+    ``redis_visibility_timeout_seconds`` if never acked. Off by default: a job lives in Postgres,
+    and the sweeper already brings back the jobs of a worker that died (its leases lapse, or its
+    queue holds fewer messages than the jobs nobody started), so that bookkeeping cost a worker
+    a third of its main-process CPU per short job and bought only a late duplicate (measured:
+    1.63 -> 1.27 ms of worker CPU per noop job, ``tests/bench/worker_drain.py``). A graceful
+    stop still hands back the jobs it holds; a job whose child was killed is still requeued."""
     redis_visibility_timeout_seconds: int = 43_200
-    """Redis redelivers an unacknowledged job after this; keep it above the longest job."""
+    """With ``redis_ack_emulation`` on: Redis redelivers an unacknowledged job after this; keep
+    it above the longest job, input waits included."""
     worker_task_events: bool = False
     """Workers send Celery task events from the start (``celery worker -E``). Flower turns them
     on by itself while it runs; always on, they took half of a worker's main-process CPU per

@@ -216,7 +216,8 @@ def check_input_timeouts(app: Celery, settings: Settings) -> None:
     """Refuse to start when a tool may wait for input longer than the broker keeps a job.
 
     The broker is the app's own (``app.conf``: a team may bring its app); its profile knows the
-    limit (RabbitMQ ``consumer_timeout``, Redis ``visibility_timeout``).
+    limit (RabbitMQ ``consumer_timeout``, Redis ``visibility_timeout`` when kombu's ack emulation
+    is on; none when it is off, our default).
     """
     profile = profile_for(app.conf.broker_url)
     limit = profile.redelivery_limit(app.conf.broker_transport_options or {}, settings)

@@ -5,8 +5,9 @@ instead of asking again, so the first question is asked once, the task completes
 result carries both answers. Each test has its own stack (database, queues, worker), because
 it SIGKILLs the worker; the lease is 3 s so the dead worker's hold runs out fast.
 
-Redis keeps an unacknowledged job for its visibility timeout (hours), so there the maintenance
-sweep re-publishes the job whose lease ran out; RabbitMQ redelivers by itself when the dead
+On Redis the job's message left with the dead worker (or, with kombu's ack emulation on, stays
+aside for its visibility timeout, hours), so there the maintenance sweep re-publishes the job
+whose lease ran out; RabbitMQ redelivers by itself when the dead
 worker's connection drops.
 """
 

@@ -130,10 +130,11 @@ def test_tasks_whose_jobs_the_broker_lost_still_end(services: FaultServices, fau
 def test_a_job_a_worker_received_but_never_started_runs_once_its_queue_is_empty(
     services: FaultServices, fault_db: str
 ) -> None:
-    # A worker took the message and lost its broker connection before starting it: Redis keeps
-    # such a message aside, unacknowledged, for its visibility timeout (12 h by default), so
-    # nothing queues the job any more. The sweeper sees an empty queue and publishes it again
-    # (after 3 s here, 20 s by default), long before the 30-minute rule would.
+    # A worker took the message and lost its broker connection before starting it: on Redis
+    # the message is gone (or, with kombu's ack emulation on, kept aside for its visibility
+    # timeout, 12 h by default), so nothing queues the job any more. The sweeper sees an
+    # empty queue and publishes it again (after 3 s here, 20 s by default), long before the
+    # 30-minute rule would.
     settings = {"MCP_TASKS_REPUBLISH_IDLE_QUEUE_AFTER_SECONDS": "3"}
     with jobs_waiting_in_redis(services, fault_db, "taken", 1, **settings) as (stack, [task_id]):
         broker = redis.Redis(unix_socket_path=str(services.broker.socket))

@@ -1,7 +1,8 @@
 """A worker SIGKILLed (with its prefork children) in the middle of jobs.
 
-On Redis the killed jobs' messages stay unacknowledged until the visibility timeout (hours): the
-sweeper must see the leases run out and publish them again. RabbitMQ requeues them as soon as the
+On Redis the killed jobs' messages are gone (kombu's ack emulation is off; with it on they would
+stay aside until the visibility timeout, hours): the sweeper must see the leases run out and
+publish them again. RabbitMQ requeues them as soon as the
 connection drops, and the sweeper's copies race those. Either way each task completes exactly once,
 on its second attempt, and jobs still queued behind them run once on the new worker.
 """

@@ -235,9 +235,10 @@ async def test_sweep_republishes_only_the_missing_oldest_jobs_of_a_queue_whateve
 async def test_sweep_republishes_an_unstarted_job_sooner_when_its_queue_holds_no_message(
     api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
 ) -> None:
-    # A worker received it and lost its broker connection before starting it (Redis keeps it
-    # aside for its visibility timeout). Only an empty queue says so: behind a backlog, or with
-    # a broker that cannot be asked, the job may still be on its way, and a fresh one surely is.
+    # A worker received it and lost its broker connection before starting it (on Redis the
+    # message is gone, or kept aside for its visibility timeout with ack emulation on). Only an
+    # empty queue says so: behind a backlog, or with a broker that cannot be asked, the job may
+    # still be on its way, and a fresh one surely is.
     idle = sweep_settings.republish_idle_queue_after_seconds
     assert idle < sweep_settings.republish_unstarted_after_seconds
     lost = await dispatched(api, store, queue="empty")

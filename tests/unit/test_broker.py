@@ -51,8 +51,17 @@ def test_a_new_broker_is_one_new_class() -> None:
     assert found.redelivery_limit({}, Settings()) == RedeliveryLimit(42.0, "unit-test visibility")
 
 
-def test_an_app_built_for_redis_carries_the_visibility_timeout() -> None:
+def test_an_app_built_for_redis_turns_kombus_ack_emulation_off_by_default() -> None:
     settings = Settings(broker_url="redis://127.0.0.1:1/0", redis_visibility_timeout_seconds=7200)
+    options = create_app(settings).conf.broker_transport_options
+    assert options == {"ack_emulation": False}
+    assert RedisProfile().redelivery_limit(options, settings) is None  # nothing comes back by time
+
+
+def test_an_app_built_for_redis_with_ack_emulation_carries_the_visibility_timeout() -> None:
+    settings = Settings(
+        broker_url="redis://127.0.0.1:1/0", redis_ack_emulation=True, redis_visibility_timeout_seconds=7200
+    )
     assert create_app(settings).conf.broker_transport_options == {"visibility_timeout": 7200}
 
 
@@ -86,6 +95,11 @@ def test_a_worker_refuses_a_team_app_whose_visibility_timeout_is_below_an_input_
     app.conf.broker_transport_options = {"visibility_timeout": 300}
     with pytest.raises(SystemExit, match=r"t_unit_broker_waiter.*600 s.*Redis visibility_timeout is 300 s"):
         check_input_timeouts(app, Settings(input_timeout_seconds=60))
+
+
+def test_a_worker_of_our_own_redis_app_has_no_visibility_timeout_to_fit() -> None:
+    app = create_app(Settings(broker_url="redis://127.0.0.1:1/0", input_timeout_seconds=10**6))
+    check_input_timeouts(app, Settings(input_timeout_seconds=10**6))
 
 
 def test_a_worker_starts_when_every_input_timeout_fits_the_rabbitmq_consumer_timeout() -> None:
