@@ -114,9 +114,9 @@ def request_body(method: str, params: dict[str, Any], request_id: int) -> bytes:
 
 
 async def run(args: argparse.Namespace, dsn: str) -> None:
-    from mcp_celery_tasks.server import create_server
+    from mcp_celery_tasks import server
 
-    app = create_server(Settings())
+    app = server.create_server(Settings())
     async with Lifespan(app) as life:
         call = {"name": "noop", "arguments": {}, "_meta": support.meta(True)}
         ids = []
