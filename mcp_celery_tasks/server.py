@@ -149,9 +149,11 @@ class BodyBudget:
 
 
 def _request_headers(request: Request) -> dict[str, str]:
-    """Every request header in one pass (the names are lower-case on the wire in ASGI; a
-    repeated header keeps its last value)."""
-    return {key.decode("latin-1"): value.decode("latin-1") for key, value in request.scope["headers"]}
+    """Every request header in one pass (ASGI names are lower-case). A repeated header keeps its
+    first value, as Starlette's ``Headers.get`` does: read in reverse, the first one lands last."""
+    return {
+        key.decode("latin-1"): value.decode("latin-1") for key, value in reversed(request.scope["headers"])
+    }
 
 
 async def _handle(
