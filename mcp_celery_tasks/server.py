@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,18 +22,16 @@ from urllib.parse import urlsplit
 import pydantic_core
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
-from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from mcp_celery_tasks import app as composition
-from mcp_celery_tasks import dispatch, metrics, migrate
+from mcp_celery_tasks import dispatch, intake, metrics, migrate
 from mcp_celery_tasks.auth import METADATA_PATH, Authenticator, Unauthorized
 from mcp_celery_tasks.errors import (
     InfrastructureError,
     InternalError,
     InvalidRequest,
-    ParseError,
     ProtocolError,
     QuotaExceeded,
 )
@@ -58,13 +55,6 @@ def _error(status: int, error: ProtocolError, request_id: Any = None, **headers:
     return _json(status, error_body(request_id, error), headers or None)
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")  # NaN and Infinity are JavaScript, not JSON
-
-
-_DECODER = json.JSONDecoder(parse_constant=_no_constants)
-
-
 def _origin_allowed(origin: str, settings: Settings) -> bool:
     if origin in settings.allowed_origins:
         return True
@@ -77,87 +67,14 @@ def _origin_allowed(origin: str, settings: Settings) -> bool:
         return False
 
 
-def _header(request: Request, name: str) -> str | None:
-    value = request.headers.get(name)
-    return value.strip() if value is not None else None
-
-
-async def _read_body(request: Request, declared: str | None, limit: int) -> bytes | None:
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    while True:  # Request.stream() without its async generator: one message for most bodies
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-LARGE_BODY = 64 * 1024
-"""Bodies above this size share the process's parse budget (``max_inflight_body_bytes``)."""
-BUDGET_WAIT_S = 10.0
 SSE_COMMIT_S = 2.0
 """A synchronous call that settles within this is answered as plain JSON with its own HTTP
 status (-32021: 400); only a longer one commits to an SSE stream and 200. Shorter than any
 sensible keep-alive interval: no proxy cuts a request that has been silent for 2 s."""
 
 
-class _Busy(Exception):
-    """The large-body budget stayed full for ``BUDGET_WAIT_S``."""
-
-
-class _Refused(Exception):
-    """The request was answered before dispatch (too large, not JSON, not storable)."""
-
-    def __init__(self, response: Response) -> None:
-        self.response = response
-
-
-class BodyBudget:
-    """Bytes of large request bodies read and parsed at once in this process: concurrent large
-    bodies wait for each other instead of taking the memory they would expand to."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-        self._freed = asyncio.Condition()
-
-    @contextlib.asynccontextmanager
-    async def reserve(self, size: int) -> AsyncIterator[None]:
-        size = min(size, self.limit)
-        async with self._freed:
-            try:
-                await asyncio.wait_for(
-                    self._freed.wait_for(lambda: self.used + size <= self.limit), BUDGET_WAIT_S
-                )
-            except TimeoutError:
-                raise _Busy from None
-            self.used += size
-        try:
-            yield
-        finally:
-            async with self._freed:
-                self.used -= size
-                self._freed.notify_all()
-
-
-def _request_headers(request: Request) -> dict[str, str]:
-    """Every request header in one pass (ASGI names are lower-case). A repeated header keeps its
-    first value, as Starlette's ``Headers.get`` does: read in reverse, the first one lands last."""
-    return {
-        key.decode("latin-1"): value.decode("latin-1") for key, value in reversed(request.scope["headers"])
-    }
-
-
 async def _handle(
-    services: Services, request: Request, headers: dict[str, str], principal: str, budget: BodyBudget
+    services: Services, request: Request, headers: dict[str, str], principal: str, budget: intake.BodyBudget
 ) -> dispatch.Reply:
     """Read, parse and dispatch one request within its principal's and the process's limits."""
     settings = services.settings
@@ -166,55 +83,10 @@ async def _handle(
     with quotas.request(principal, limits):
         declared = headers.get("content-length")
         size = int(declared) if declared is not None and declared.isdigit() else settings.max_body_bytes
-        large = size > LARGE_BODY
+        large = size > intake.LARGE_BODY
         async with budget.reserve(size) if large else contextlib.nullcontext():
-            body = await _parsed_body(request, declared, settings)
-        return await dispatch.dispatch(services, body, _rpc_headers(headers), principal)
-
-
-def _rpc_headers(headers: dict[str, str]) -> dispatch.Headers:
-    def stripped(name: str) -> str | None:
-        value = headers.get(name)
-        return value.strip() if value is not None else None
-
-    return dispatch.Headers(
-        protocol_version=stripped("mcp-protocol-version"),
-        method=stripped("mcp-method"),
-        name=stripped("mcp-name"),
-        session_id=stripped("mcp-session-id"),
-        accepts_sse="text/event-stream" in headers.get("accept", ""),
-        params={
-            key[len("mcp-param-") :]: value.strip()
-            for key, value in headers.items()
-            if key.startswith("mcp-param-")
-        },
-    )
-
-
-async def _parsed_body(request: Request, declared: str | None, settings: Settings) -> Any:
-    raw = await _read_body(request, declared, settings.max_body_bytes)
-    if raw is None:
-        raise _Refused(
-            _error(413, InvalidRequest(f"Request body larger than {settings.max_body_bytes} bytes"))
-        )
-    # An upper bound of the objects and arrays parsing would build (braces inside strings count
-    # too): refused before json.loads allocates them.
-    if raw.count(b"{") + raw.count(b"[") > settings.max_json_containers:
-        tooling = InvalidRequest(
-            f"Request body holds more than {settings.max_json_containers} JSON objects and arrays"
-        )
-        raise _Refused(_error(413, tooling))
-    try:
-        body = _DECODER.decode(raw.decode("utf-8-sig"))  # RFC 8259: UTF-8; a BOM may be ignored
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise _Refused(_error(400, ParseError("Parse error: the body is not valid JSON"))) from None
-    problem = dispatch.unstorable(body)
-    if problem is not None:
-        request_id = body.get("id") if isinstance(body, dict) else None
-        if dispatch.unstorable(request_id) is not None or not dispatch.valid_id(request_id):
-            request_id = None
-        raise _Refused(_error(400, InvalidRequest(f"Invalid request: {problem}"), request_id))
-    return body
+            body = await intake.parsed_body(request.receive, declared, settings)
+        return await dispatch.dispatch(services, body, intake.rpc_headers(headers), principal)
 
 
 class _Endpoint:
@@ -235,7 +107,7 @@ def create_server(settings: Settings) -> FastAPI:
     authenticator = Authenticator(settings)
     head = migrate.head_revision()
     tracing_on = bool(settings.trace_file or settings.otlp_endpoint)
-    budget = BodyBudget(settings.max_inflight_body_bytes)
+    budget = intake.BodyBudget(settings.max_inflight_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
@@ -255,7 +127,7 @@ def create_server(settings: Settings) -> FastAPI:
 
     async def mcp_post(request: Request) -> Response:
         services: Services = request.state.services
-        headers = _request_headers(request)
+        headers = intake.request_headers(request.scope["headers"])
         origin = headers.get("origin")
         if origin is not None and not _origin_allowed(origin, settings):
             return _error(403, InvalidRequest("Origin not allowed"))
@@ -272,11 +144,13 @@ def create_server(settings: Settings) -> FastAPI:
             reply = await _handle(services, request, headers, principal, budget)
         except QuotaExceeded as exc:
             return _error(exc.http_status, exc, **exc.headers)
-        except _Busy:
+        except intake.Busy:
             busy = InternalError("The server is busy reading other large requests; retry shortly")
             return _error(503, busy, **{"Retry-After": "1"})
-        except _Refused as refused:
-            return refused.response
+        except intake.Refused as refused:
+            return _error(refused.status, refused.error, refused.request_id)
+        except intake.Disconnected:
+            return Response(status_code=499)  # nobody reads it: the client left mid-body
         if reply.stream is not None:
             return StreamingResponse(
                 _sse_stream(services, reply.stream),
@@ -317,7 +191,7 @@ def create_server(settings: Settings) -> FastAPI:
     @app.delete("/mcp")
     async def mcp_delete(request: Request) -> Response:
         """Ends a 2025-11-25 session; stateless 2026-07-28 requests have none to end."""
-        session_id = _header(request, "mcp-session-id")
+        session_id = intake.header_value(intake.request_headers(request.scope["headers"]), "mcp-session-id")
         if session_id is None:
             return Response(status_code=405, headers={"Allow": "POST"})
         try:

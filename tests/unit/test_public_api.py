@@ -15,8 +15,8 @@ PACKAGE = "mcp_celery_tasks"
 PACKAGE_DIR = Path(mcp_celery_tasks.__file__).resolve().parent
 
 SERVER_SIDE = (
-    "server", "app", "dispatch", "methods", "rpc", "modern", "legacy", "push", "mrtr", "service",
-    "events", "auth", "quotas",
+    "server", "intake", "app", "dispatch", "methods", "rpc", "modern", "legacy", "push", "mrtr",
+    "service", "events", "auth", "quotas",
 )  # fmt: skip
 """DESIGN §4's server side: the HTTP edge, the composition root, the protocol and the service."""
 WORKER_ONLY = ("worker", "gc", "runner", "runtime", "leases", "observe")
