@@ -387,9 +387,11 @@ class WorkerStore:
         """``release_jobs``, and the room the queue had in the broker before this release: fewer
         released than that means nothing eligible is left in its backlog."""
         params = {"queue": queue, "ahead": ahead, "max_waiting": max_waiting}
-        # One round trip: BEGIN, the queue's lock, the release and COMMIT are pipelined.
+        # One round trip: BEGIN, the asynchronous commit, the queue's lock, the release and COMMIT
+        # are pipelined.
         with self._connection() as conn, conn.pipeline():
             with conn.transaction():
+                conn.execute(backlog.ASYNC_COMMIT)
                 conn.execute(backlog.LOCK_QUEUE, params)
                 cursor = conn.execute(backlog.RELEASE, params)
             rows = cursor.fetchall()
