@@ -153,7 +153,7 @@ def get_and_gc(max_rows: int, gc_rows: int, parts: set[str]) -> dict[str, Any]:
                         r[0]
                         for r in conn.execute(
                             "SELECT task_id FROM mcp_tasks TABLESAMPLE SYSTEM (5)"
-                            " WHERE owner = %s LIMIT 2000",
+                            " WHERE owner = %s AND status = 'completed' LIMIT 2000",
                             (owner,),
                         )
                     ]
@@ -184,7 +184,9 @@ def gc_at(
         (owner, expired),
     )
     conn.execute("VACUUM ANALYZE mcp_tasks")
-    ids = [r[0] for r in conn.execute("SELECT task_id FROM mcp_tasks WHERE owner = %s LIMIT 2000", (owner,))]
+    # The client's own rows, but for the noop task that learned its owner string (no worker runs it).
+    mine = "SELECT task_id FROM mcp_tasks WHERE owner = %s AND status = 'completed' LIMIT 2000"
+    ids = [r[0] for r in conn.execute(mine, (owner,))]
     store = WorkerStore(Settings(database_url=dsn))
     deleted, batches = 0, []
     polled: list[tuple[float, float]] = []
