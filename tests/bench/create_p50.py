@@ -2,16 +2,21 @@
 
     .venv/bin/python tests/bench/create_p50.py [--segments 6] [--seconds 5]
         [--api-cpus 0] [--worker-cpus 0] [--client-cpus 1]
-        [--worker-env KEY=VALUE ...] [--api-env KEY=VALUE ...]
+        [--worker-env KEY=VALUE ...] [--api-env KEY=VALUE ...] [--worker-nice N] [--py-spy OUT]
 
 Starts a test stack (scratch database ``mcp_perf_create``) and runs shared/bench's
 ``tools_call.lua`` (``noop``) with ``wrk -c1`` in alternating segments: the worker running, then
-the worker stopped (SIGSTOP on its whole tree, so the API alone answers; the jobs wait in the
-queue and are drained before the next segment). Both kinds run in the same minute, so their
-ratio means something on a noisy machine. The default pinning is shared/bench's: API and worker
-on CPU 0, the client on CPU 1. ``--worker-env`` / ``--api-env`` set environment variables for
-one side only (e.g. ``PGOPTIONS=-csynchronous_commit=off`` to see what the worker's commits cost
-the creates). Needs ``wrk``, ``taskset`` and the shared bench next to the checkout
+the worker stopped (SIGSTOP on its whole tree; the jobs wait and are drained before the next
+segment). With the worker stopped the fair publisher soon has no room to release into, so that
+column is the API without publishing, not the API alone doing the same work. Both kinds run in
+the same minute, so their ratio means something on a noisy machine. Prints create p50/p90,
+creates/s and the API's CPU per create.
+
+The default pinning is shared/bench's: API and worker on CPU 0, the client on CPU 1.
+``--worker-env`` / ``--api-env`` set environment variables for one side only (e.g.
+``PGOPTIONS=-csynchronous_commit=off`` to see what the worker's commits cost the creates);
+``--worker-nice`` renices the pool children; ``--py-spy`` samples the API (raw format) in the
+first segment of each kind. Needs ``wrk``, ``taskset`` and the shared bench next to the checkout
 (``../shared/bench``, or ``BENCH_DIR``).
 """
 
