@@ -34,7 +34,8 @@ class TaskEvents:
         self._safety_s = safety_s
         self._poll_s = poll_s
         self._polled: dict[str, int] = {}
-        self._last_seen: dict[str, tuple[object, ...]] = {}
+        self._last_seen: dict[str, list[object]] = {}
+        """Per watched task: status, statusMessage, lastUpdatedAt and log count at the last re-read."""
         self._poller: asyncio.Task[None] | None = None
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -138,7 +139,11 @@ class TaskEvents:
                 due.update(self._watchers)
                 next_sweep = loop.time() + self._safety_s
             if due:
-                await self._reread(sorted(due))
+                try:
+                    await self._reread(sorted(due))
+                except Exception:
+                    # Waiters and push streams have no timer of their own: the poller must live.
+                    logger.exception("the task event hub's re-read failed; trying again next poll")
 
     async def _reread(self, task_ids: list[str]) -> None:
         """Re-read ``task_ids`` in batches; wake whoever watches one that changed (or that is
@@ -146,17 +151,16 @@ class TaskEvents:
         for start in range(0, len(task_ids), _BATCH):
             chunk = task_ids[start : start + _BATCH]
             try:
-                records = await self._store.get_tasks(chunk)
+                rows = await self._store.task_states(chunk)
             except InfrastructureError:
                 return  # the listener's reconnect wakes everyone anyway
             self.rereads += 1
             found = set()
-            for record in records:
-                found.add(record.task_id)
-                state = (record.status, record.status_message, record.last_updated_at, record.log_seq)
-                if self._last_seen.get(record.task_id) != state:
-                    self._last_seen[record.task_id] = state
-                    self._wake(record.task_id)
+            for task_id, *state in rows:
+                found.add(task_id)
+                if self._last_seen.get(task_id) != state:
+                    self._last_seen[task_id] = state
+                    self._wake(task_id)
             for gone in set(chunk) - found:  # collected meanwhile: let its waiters find out
                 if self._last_seen.pop(gone, None) is not None or gone in self._watchers:
                     self._wake(gone)

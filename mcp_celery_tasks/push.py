@@ -4,7 +4,8 @@ The stream acknowledges the task ids the caller may see, then sends ``notificati
 (the full DetailedTask, as tasks/get would return it at that moment) whenever a task changes,
 and ends with the subscription's final result once every task is terminal. Changes come from
 the TaskEvents hub (LISTEN on status transitions, so any API replica sees any worker's
-change) plus a light re-read for statusMessage updates, which send no NOTIFY. A subscriber
+change) plus its batched re-read for statusMessage updates, which send no NOTIFY: an idle stream
+reads nothing itself. A subscriber
 holds only the last state it sent per task: memory is bounded, and a slow client only slows
 its own stream (notifications coalesce to the latest state).
 """
@@ -95,7 +96,6 @@ async def _messages(
     sent: dict[str, tuple[Any, ...]] = {}
     pending = set(task_ids)
     changed = asyncio.Event()
-    safety_s = 5.0  # changes arrive through the hub; this re-read only guards against a miss
     with contextlib.ExitStack() as watches:
         for task_id in task_ids:
             watches.enter_context(services.events.watch_with(task_id, changed))
@@ -115,6 +115,9 @@ async def _messages(
                 if not record.active:
                     pending.discard(record.task_id)
             if pending:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), timeout=safety_s)
+                # No timer of our own: the hub re-reads every subscribed task's state in one batch
+                # per poll (statusMessage sends no NOTIFY), and wakes everyone after a reconnect.
+                # A re-read per stream every few seconds was half of an idle API's CPU with 1 000
+                # subscriptions open (docs/PERFORMANCE.md).
+                await changed.wait()
     yield _final(services, request_id)

@@ -96,6 +96,13 @@ class MemoryApiStore:
     async def get_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:
         return [self._record(self.rows[t]) for t in task_ids if t in self.rows]
 
+    async def task_states(self, task_ids: Sequence[str]) -> list[tuple[Any, ...]]:
+        return [
+            (t, row.status, row.status_message, row.last_updated_at, 0)
+            for t in task_ids
+            if (row := self.rows.get(t)) is not None
+        ]
+
     async def task_exists(self, task_id: str, owner: str) -> bool:
         return await self.get_task(task_id, owner) is not None
 

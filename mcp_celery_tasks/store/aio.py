@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, LiteralString, TypeVar
 
 import psycopg
-from psycopg.rows import AsyncRowFactory, args_row, class_row, dict_row
+from psycopg.rows import AsyncRowFactory, args_row, class_row, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -179,6 +179,11 @@ class ApiStore:
     async def get_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:
         """Rows for the event hub (ownership is checked by whoever registered the watch)."""
         return await self._rows(queries.GET_TASKS, {"task_ids": list(task_ids)}, _TASK)
+
+    async def task_states(self, task_ids: Sequence[str]) -> list[tuple[Any, ...]]:
+        """``(task_id, status, status_message, last_updated_at, log_seq)`` of those of
+        ``task_ids`` that exist: what the event hub compares between its re-reads."""
+        return await self._rows(queries.TASK_STATES, {"task_ids": list(task_ids)}, tuple_row)
 
     async def outstanding_inputs(self, task_id: str) -> list[InputRecord]:
         return await self._rows(queries.OUTSTANDING_INPUTS, {"task_id": task_id}, _INPUT)

@@ -67,6 +67,13 @@ SELECT {TASK_COLUMNS}, statement_timestamp() AS db_now
 FROM mcp_tasks WHERE task_id = ANY(%(task_ids)s)
 """
 
+# What the event hub compares to notice a change that sent no NOTIFY (statusMessage, progress,
+# logs): a few narrow columns, not the row with its arguments and result.
+TASK_STATES: Final[LiteralString] = """
+SELECT task_id, status, status_message, last_updated_at, log_seq
+FROM mcp_tasks WHERE task_id = ANY(%(task_ids)s)
+"""
+
 OUTSTANDING_INPUTS: Final[LiteralString] = f"""
 SELECT {INPUT_COLUMNS}
 FROM mcp_task_inputs

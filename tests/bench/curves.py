@@ -9,7 +9,8 @@
 * ``create``: tasks created per second vs API processes (``serve --workers 1, 2, 4``; wrk, 32
   connections, the shared harness's ``tools_call.lua``; no worker, jobs pile up in the broker).
 * ``execute``: noop jobs run per second vs worker pool processes 1 to 4 (``worker_drain.py``).
-* ``push``: cancel → ``notifications/tasks`` latency vs idle subscriptions open on the same API.
+* ``push``: cancel → ``notifications/tasks`` latency vs idle subscriptions open on the same API,
+  and the API's CPU while they are all open and idle.
 
 Raw numbers go to ``docs/perf/curves.json``, charts to ``docs/perf/*.svg``. Every part uses a
 scratch database (``mcp_perf_curves``) and Redis db 7; the machine should be otherwise idle.
@@ -48,6 +49,8 @@ BROKER = "redis://127.0.0.1:6379/7"
 OUT = ROOT / "docs" / "perf"
 LUA = ROOT.parent / "shared" / "bench" / "mcpbench" / "lua"
 TOOLS = '["tests.fixtures.bench", "tests.fixtures.conformance"]'
+IDLE_S = 5.0
+"""How long the push part watches the API's CPU with every subscription open and idle."""
 
 FILL = """
 INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, status, result, retention_ms,
@@ -321,7 +324,7 @@ def push_vs_subscriptions(counts: list[int], rounds: int) -> list[dict[str, Any]
         )
         for count in counts:
             try:
-                result = asyncio.run(_push_round(url, count, rounds))
+                result = asyncio.run(_push_round(url, count, rounds, proc.popen.pid))
             except (TimeoutError, httpx.HTTPError) as exc:
                 print(f"push with {count} open: failed ({exc!r}); stopping here", flush=True)
                 break
@@ -334,7 +337,7 @@ def push_vs_subscriptions(counts: list[int], rounds: int) -> list[dict[str, Any]
     return out
 
 
-async def _push_round(url: str, count: int, rounds: int) -> dict[str, Any]:
+async def _push_round(url: str, count: int, rounds: int, api_pid: int) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=count + 50, max_keepalive_connections=count + 50)
     async with httpx.AsyncClient(timeout=300, limits=limits) as http:
         ids = []
@@ -350,11 +353,22 @@ async def _push_round(url: str, count: int, rounds: int) -> dict[str, Any]:
             for i, t in enumerate(ids)
         ]
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in ready)), 300)
+        # What the open subscriptions cost the API while nothing happens: the event hub's
+        # re-reads of every subscribed task (statusMessage sends no NOTIFY) and the keepalives.
+        before, started = _cpu_s(api_pid), time.monotonic()
+        await asyncio.sleep(IDLE_S)
+        idle_pct = (_cpu_s(api_pid) - before) / (time.monotonic() - started) * 100
         measured = await push_bench.latency(url, rounds)
         for task_id in ids:
             await push_bench.post(http, url, "tasks/cancel", {"taskId": task_id}, task_id)
         await asyncio.wait_for(asyncio.gather(*listeners, return_exceptions=True), 300)
-    return {"open_subscriptions": count, **measured}
+    return {"open_subscriptions": count, **measured, "api_idle_cpu_pct": round(idle_pct, 1)}
+
+
+def _cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of one process (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ---- drawing ---------------------------------------------------------------------------------

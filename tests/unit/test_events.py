@@ -21,9 +21,9 @@ class CountingStore(MemoryApiStore):
         self.single_reads += 1
         return await super().get_task(task_id, owner)
 
-    async def get_tasks(self, task_ids: Any) -> list[TaskRecord]:
+    async def task_states(self, task_ids: Any) -> list[tuple[Any, ...]]:
         self.batched_reads += 1
-        return await super().get_tasks(task_ids)
+        return await super().task_states(task_ids)
 
 
 def new_task(task_id: str) -> NewTask:
