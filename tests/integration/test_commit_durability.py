@@ -14,20 +14,13 @@ from __future__ import annotations
 import pytest
 
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import ApiStore, WorkerStore, backlog, queries
+from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore, backlog, queries
 from tests.integration.conftest import Db
 from tests.integration.test_store import LEASE_S, ME, RIVAL, new_task, raw_row
 
 
-def _setting(db: Db) -> str:
-    row = db.execute("SELECT current_setting('synchronous_commit') AS value").fetchone()
-    assert row is not None
-    return str(row["value"])
-
-
-async def test_after_a_claim_the_outcome_write_on_the_same_connection_is_synchronous(
-    settings: Settings, db: Db
-) -> None:
+async def created(settings: Settings) -> TaskRecord:
+    """A task as the API creates it."""
     api = ApiStore(settings)
     await api.open()
     try:
@@ -35,10 +28,22 @@ async def test_after_a_claim_the_outcome_write_on_the_same_connection_is_synchro
     finally:
         await api.close()
     assert task is not None
+    return task
+
+
+def _commits_synchronously(store: WorkerStore) -> bool:
+    """The store's connection, outside any transaction, waits for the WAL flush."""
+    return store._fetch("SELECT current_setting('synchronous_commit') AS value", {}) == [{"value": "on"}]
+
+
+async def test_after_a_claim_the_outcome_write_on_the_same_connection_is_synchronous(
+    settings: Settings, db: Db
+) -> None:
+    task = await created(settings)
     store = WorkerStore(settings)
     try:
         assert store.claim(task.job_id, ME, LEASE_S) is not None
-        assert store._fetch("SELECT current_setting('synchronous_commit') AS value", {}) == [{"value": "on"}]
+        assert _commits_synchronously(store)
         assert store.finish(task.task_id, ME, "completed", result={"content": [], "isError": False})
     finally:
         store.close()
@@ -53,19 +58,13 @@ def test_writes_that_must_survive_a_crash_never_turn_off_synchronous_commit(name
 async def test_a_release_commits_asynchronously_but_leaves_its_connection_synchronous(
     settings: Settings, db: Db
 ) -> None:
-    api = ApiStore(settings)
-    await api.open()
-    try:
-        task = await api.create_task(new_task())
-    finally:
-        await api.close()
-    assert task is not None
+    task = await created(settings)
     store = WorkerStore(settings)
     try:
         assert store.release_jobs(task.queue, 4, 0) == [(task.job_id, task.queue)]
         # SET LOCAL ended with the release's transaction: the claim on the same connection waits
         # for the flush again.
-        assert store._fetch("SELECT current_setting('synchronous_commit') AS value", {}) == [{"value": "on"}]
+        assert _commits_synchronously(store)
         assert store.claim(task.job_id, ME, LEASE_S) is not None
     finally:
         store.close()
@@ -75,13 +74,7 @@ async def test_a_release_commits_asynchronously_but_leaves_its_connection_synchr
 async def test_a_release_lost_in_a_crash_costs_a_duplicate_message_that_the_claim_turns_away(
     settings: Settings, db: Db
 ) -> None:
-    api = ApiStore(settings)
-    await api.open()
-    try:
-        task = await api.create_task(new_task())
-    finally:
-        await api.close()
-    assert task is not None
+    task = await created(settings)
     store = WorkerStore(settings)
     try:
         first = store.release_jobs(task.queue, 4, 0)
