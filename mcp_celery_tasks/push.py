@@ -4,10 +4,10 @@ The stream acknowledges the task ids the caller may see, then sends ``notificati
 (the full DetailedTask, as tasks/get would return it at that moment) whenever a task changes,
 and ends with the subscription's final result once every task is terminal. Changes come from
 the TaskEvents hub (LISTEN on status transitions, so any API replica sees any worker's
-change) plus its batched re-read for statusMessage updates, which send no NOTIFY: an idle stream
-reads nothing itself. A subscriber
-holds only the last state it sent per task: memory is bounded, and a slow client only slows
-its own stream (notifications coalesce to the latest state).
+change) plus its batched re-read for statusMessage updates, which send no NOTIFY: an idle
+stream reads nothing itself. A subscriber holds only the last state it sent per task: memory
+is bounded, and a slow client only slows its own stream (notifications coalesce to the latest
+state).
 """
 
 from __future__ import annotations
