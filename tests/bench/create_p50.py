@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from mcp_celery_tasks import migrate  # noqa: E402
 from mcp_celery_tasks.settings import Settings  # noqa: E402
 from tests import support  # noqa: E402
+from tests.bench.procs import cpu_seconds, lua_dir, tree  # noqa: E402
 
 DB = "mcp_perf_create"
 
@@ -63,9 +64,7 @@ def main() -> int:
         help="py-spy (raw) of the API in the first segment of each kind: OUT.running, OUT.stopped",
     )
     args = parser.parse_args()
-    lua = Path(os.environ.get("BENCH_DIR", ROOT.parent / "shared" / "bench")) / "mcpbench" / "lua"
-    if not (lua / "tools_call.lua").exists():
-        raise SystemExit(f"no shared bench at {lua} (set BENCH_DIR)")
+    lua = lua_dir("tools_call.lua")
     support.drop_database(DB)
     dsn = support.create_database(DB)
     migrate.upgrade(Settings(database_url=dsn))
@@ -78,7 +77,7 @@ def main() -> int:
         time.sleep(3)  # the pool children exist once the worker is up
         _pin(worker.popen.pid, args.worker_cpus)
         if args.worker_nice:
-            for child in _tree(worker.popen.pid)[1:]:
+            for child in tree(worker.popen.pid)[1:]:
                 subprocess.run(
                     ["renice", "-n", str(args.worker_nice), "-p", str(child)], check=True, capture_output=True
                 )
@@ -95,11 +94,11 @@ def main() -> int:
                     if args.py_spy and not results[kind]:
                         out = f"{args.py_spy}.{'stopped' if stop else 'running'}"
                         spy = _py_spy(api.popen.pid, args.seconds, out)
-                    before = _cpu_seconds(api.popen.pid)
+                    before = cpu_seconds(api.popen.pid)
                     run = _wrk(url, lua, args, wrk_env)
                     if spy is not None:
                         spy.wait(60)
-                    run["api_cpu"] = (_cpu_seconds(api.popen.pid) - before) / run["ok"]
+                    run["api_cpu"] = (cpu_seconds(api.popen.pid) - before) / run["ok"]
                     results[kind].append(run)
                 finally:
                     if stop:
@@ -127,18 +126,13 @@ def _pairs(items: list[str]) -> dict[str, str]:
     return dict(item.split("=", 1) for item in items)
 
 
-def _tree(pid: int) -> list[int]:
-    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    return [pid] + [p for child in children for p in _tree(int(child))]
-
-
 def _pin(pid: int, cpus: str) -> None:
-    for member in _tree(pid):
+    for member in tree(pid):
         subprocess.run(["taskset", "-acp", cpus, str(member)], check=True, capture_output=True)
 
 
 def _signal_tree(pid: int, sig: signal.Signals) -> None:
-    for member in _tree(pid):
+    for member in tree(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(member, sig)
 
@@ -182,11 +176,6 @@ def _py_spy(pid: int, seconds: int, out: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(record, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)
     return proc
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from mcp_celery_tasks.settings import Settings  # noqa: E402
 from mcp_celery_tasks.store import WorkerStore  # noqa: E402
 from tests import support  # noqa: E402
 from tests.bench import push_bench  # noqa: E402
+from tests.bench.procs import cpu_seconds  # noqa: E402
 from tests.bench.svgplot import line_chart  # noqa: E402
 
 DB = "mcp_perf_curves"
@@ -355,20 +356,14 @@ async def _push_round(url: str, count: int, rounds: int, api_pid: int) -> dict[s
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in ready)), 300)
         # What the open subscriptions cost the API while nothing happens: the event hub's
         # re-reads of every subscribed task (statusMessage sends no NOTIFY) and the keepalives.
-        before, started = _cpu_s(api_pid), time.monotonic()
+        before, started = cpu_seconds(api_pid), time.monotonic()
         await asyncio.sleep(IDLE_S)
-        idle_pct = (_cpu_s(api_pid) - before) / (time.monotonic() - started) * 100
+        idle_pct = (cpu_seconds(api_pid) - before) / (time.monotonic() - started) * 100
         measured = await push_bench.latency(url, rounds)
         for task_id in ids:
             await push_bench.post(http, url, "tasks/cancel", {"taskId": task_id}, task_id)
         await asyncio.wait_for(asyncio.gather(*listeners, return_exceptions=True), 300)
     return {"open_subscriptions": count, **measured, "api_idle_cpu_pct": round(idle_pct, 1)}
-
-
-def _cpu_s(pid: int) -> float:
-    """User plus system CPU seconds of one process (its threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ---- drawing ---------------------------------------------------------------------------------

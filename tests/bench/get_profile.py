@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from mcp_celery_tasks import migrate  # noqa: E402
 from mcp_celery_tasks.settings import Settings  # noqa: E402
 from tests import support  # noqa: E402
+from tests.bench.procs import lua_dir  # noqa: E402
 
 DB = "mcp_perf_get"
 
@@ -42,9 +43,7 @@ def main() -> int:
     parser.add_argument("--py-spy", dest="py_spy", help="path to a py-spy binary")
     parser.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "get-profile.raw"))
     args = parser.parse_args()
-    lua = Path(os.environ.get("BENCH_DIR", ROOT.parent / "shared" / "bench")) / "mcpbench" / "lua"
-    if not (lua / "tasks_get.lua").exists():
-        raise SystemExit(f"no shared bench at {lua} (set BENCH_DIR)")
+    lua = lua_dir("tasks_get.lua")
     support.drop_database(DB)
     dsn = support.create_database(DB)
     migrate.upgrade(Settings(database_url=dsn))
