@@ -140,8 +140,16 @@ def _no_constants(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_no_constants)
 
 
-async def parsed_body(receive: Receive, declared: str | None, settings: Settings) -> Any:
-    """The JSON body, refused (``Refused``) when too large, not JSON or not storable."""
+async def parsed_body(receive: Receive, declared: str | None, settings: Settings, budget: BodyBudget) -> Any:
+    """The JSON body, refused (``Refused``) when too large, not JSON or not storable. A body that
+    declares more than ``LARGE_BODY`` bytes (or declares nothing) is read and parsed within
+    ``budget`` (``Busy`` when it stays full)."""
+    size = int(declared) if declared is not None and declared.isdigit() else settings.max_body_bytes
+    async with budget.reserve(size) if size > LARGE_BODY else contextlib.nullcontext():
+        return await _parse(receive, declared, settings)
+
+
+async def _parse(receive: Receive, declared: str | None, settings: Settings) -> Any:
     raw = await read_body(receive, declared, settings.max_body_bytes)
     if raw is None:
         raise Refused(413, InvalidRequest(f"Request body larger than {settings.max_body_bytes} bytes"))

@@ -81,11 +81,7 @@ async def _handle(
     quotas = services.tasks.quotas
     limits = await quotas.limits(principal)
     with quotas.request(principal, limits):
-        declared = headers.get("content-length")
-        size = int(declared) if declared is not None and declared.isdigit() else settings.max_body_bytes
-        large = size > intake.LARGE_BODY
-        async with budget.reserve(size) if large else contextlib.nullcontext():
-            body = await intake.parsed_body(request.receive, declared, settings)
+        body = await intake.parsed_body(request.receive, headers.get("content-length"), settings, budget)
         return await dispatch.dispatch(services, body, intake.rpc_headers(headers), principal)
 
 
