@@ -17,8 +17,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from mcp_celery_tasks import _moved
+
 if TYPE_CHECKING:
-    from mcp_celery_tasks.context import TaskContext, current_context, get_current_context
     from mcp_celery_tasks.errors import (
         InputNotSupported,
         InputTimedOut,
@@ -27,9 +28,10 @@ if TYPE_CHECKING:
         TaskCancelled,
         ToolError,
     )
-    from mcp_celery_tasks.files import FileRoot
-    from mcp_celery_tasks.inputs import Elicit
-    from mcp_celery_tasks.registry import Mode, tool
+    from mcp_celery_tasks.tools.context import TaskContext, current_context, get_current_context
+    from mcp_celery_tasks.tools.files import FileRoot
+    from mcp_celery_tasks.tools.inputs import Elicit
+    from mcp_celery_tasks.tools.registry import Mode, tool
 
 __all__ = [
     "Elicit",
@@ -51,20 +53,22 @@ __all__ = [
 # file first, and the terminal client (``mcp-celery-tasks call``, ``--help``) must start without
 # pydantic and mcp-types. ``from mcp_celery_tasks import tool`` works as if imported here.
 _HOMES = {
-    "TaskContext": "context",
-    "current_context": "context",
-    "get_current_context": "context",
+    "TaskContext": "tools.context",
+    "current_context": "tools.context",
+    "get_current_context": "tools.context",
     "InputNotSupported": "errors",
     "InputTimedOut": "errors",
     "McpError": "errors",
     "SoftTimeLimitExceeded": "errors",
     "TaskCancelled": "errors",
     "ToolError": "errors",
-    "Elicit": "inputs",
-    "FileRoot": "files",
-    "Mode": "registry",
-    "tool": "registry",
+    "Elicit": "tools.inputs",
+    "FileRoot": "tools.files",
+    "Mode": "tools.registry",
+    "tool": "tools.registry",
 }
+
+_moved.install()  # the flat paths of 0.1 still import, with a warning (``_moved``)
 
 if not TYPE_CHECKING:  # type checkers see the imports above; a typo stays a type error
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from mcp_celery_tasks.db import metadata
 from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store.schema import metadata
 
 config = context.config
 target_metadata = metadata

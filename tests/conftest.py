@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcp_celery_tasks import migrate
 from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import migrate
 from tests import support
 
 # The shell must not leak configuration into the tests.
@@ -33,7 +33,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if IN_CI:
         raise pytest.UsageError(f"CI needs PostgreSQL at {support.ADMIN_DSN}")
-    from mcp_celery_tasks.embedded import embedded_services
+    from mcp_celery_tasks.cli.dev.embedded import embedded_services
 
     _embedded = contextlib.ExitStack()
     services = _embedded.enter_context(embedded_services(support.ROOT / ".cache" / "test-services"))

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mcp_celery_tasks.inputs import params_hash
 from mcp_celery_tasks.lifecycle import ACTIVE, Status, allowed_from
 from mcp_celery_tasks.store import AnswerOutcome, CancelOutcome, InputRecord, NewTask, TaskRecord
+from mcp_celery_tasks.tools.inputs import params_hash
 
 __all__ = ["MemoryApiStore", "RecordingPublisher"]
 

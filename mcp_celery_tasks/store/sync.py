@@ -16,12 +16,12 @@ import psycopg
 from psycopg.rows import RowFactory, class_row, dict_row
 from psycopg.types.json import Jsonb
 
-from mcp_celery_tasks.blips import is_infrastructure
 from mcp_celery_tasks.errors import InfrastructureError, TooManyWaiting
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, admin_queries, backlog, queries, session_queries
 from mcp_celery_tasks.store._conninfo import connect_kwargs
 from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputRecord
+from mcp_celery_tasks.transient import is_infrastructure
 
 __all__ = ["WorkerStore"]
 

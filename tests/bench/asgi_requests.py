@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from mcp_celery_tasks import migrate  # noqa: E402
-from mcp_celery_tasks.auth import ANONYMOUS  # noqa: E402
+from mcp_celery_tasks.api.auth import ANONYMOUS  # noqa: E402
 from mcp_celery_tasks.settings import Settings  # noqa: E402
+from mcp_celery_tasks.store import migrate  # noqa: E402
 from tests import support  # noqa: E402
 
 DB = "mcp_perf_asgi"
@@ -114,7 +114,7 @@ def request_body(method: str, params: dict[str, Any], request_id: int) -> bytes:
 
 
 async def run(args: argparse.Namespace, dsn: str) -> None:
-    from mcp_celery_tasks import server
+    from mcp_celery_tasks.api import server
 
     app = server.create_server(Settings())
     async with Lifespan(app) as life:

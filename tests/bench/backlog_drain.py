@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mcp_celery_tasks import migrate  # noqa: E402
 from mcp_celery_tasks.settings import Settings  # noqa: E402
+from mcp_celery_tasks.store import migrate  # noqa: E402
 from tests import support  # noqa: E402
 
 DB = "mcp_perf_drain"

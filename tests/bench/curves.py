@@ -37,9 +37,8 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mcp_celery_tasks import migrate  # noqa: E402
 from mcp_celery_tasks.settings import Settings  # noqa: E402
-from mcp_celery_tasks.store import WorkerStore  # noqa: E402
+from mcp_celery_tasks.store import WorkerStore, migrate  # noqa: E402
 from tests import support  # noqa: E402
 from tests.bench import push_bench  # noqa: E402
 from tests.bench.procs import cpu_seconds  # noqa: E402

@@ -133,8 +133,8 @@ def main() -> None:
     parser.add_argument("--subscriptions", type=int, default=500)
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/8")
     args = parser.parse_args()
-    from mcp_celery_tasks import migrate
     from mcp_celery_tasks.settings import Settings
+    from mcp_celery_tasks.store import migrate
 
     name = f"mcp_push_{uuid.uuid4().hex[:6]}"
     dsn = support.create_database(name)

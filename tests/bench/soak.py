@@ -74,8 +74,8 @@ def main() -> None:
     name = f"mcp_soak_{uuid.uuid4().hex[:6]}"
     template = f"{name}_t"
     support.create_database(template)
-    from mcp_celery_tasks import migrate
     from mcp_celery_tasks.settings import Settings
+    from mcp_celery_tasks.store import migrate
 
     migrate.upgrade(Settings(database_url=support.dsn_for(template)))
     dsn = support.create_database(name, template=template)

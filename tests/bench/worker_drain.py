@@ -28,9 +28,10 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mcp_celery_tasks import channel, migrate  # noqa: E402
-from mcp_celery_tasks.celery_app import create_app  # noqa: E402
+from mcp_celery_tasks.broker import channel  # noqa: E402
+from mcp_celery_tasks.broker.celery_app import create_app  # noqa: E402
 from mcp_celery_tasks.settings import Settings  # noqa: E402
+from mcp_celery_tasks.store import migrate  # noqa: E402
 from tests.bench.worker_steps import INSERT  # noqa: E402
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -42,13 +43,13 @@ STEPS = [
     ("claim (SQL)", "claim (mcp_celery_tasks/store/sync.py"),
     ("outcome write + NOTIFY (SQL)", "finish (mcp_celery_tasks/store/sync.py"),
     ("lease renew / watchdog (SQL)", "watch_jobs ("),
-    ("runtime flush", "flush (mcp_celery_tasks/runtime.py"),
+    ("runtime flush", "flush (mcp_celery_tasks/worker/runtime.py"),
     ("telemetry: spans", "opentelemetry"),
     ("telemetry: metrics", "prometheus_client"),
     ("job log line", "logging/__init__.py"),
-    ("tool call (noop)", "_call (mcp_celery_tasks/runner.py"),
+    ("tool call (noop)", "_call (mcp_celery_tasks/worker/runner.py"),
     ("result mapping", "to_call_tool_result"),
-    ("runner other", "run (mcp_celery_tasks/runner.py"),
+    ("runner other", "run (mcp_celery_tasks/worker/runner.py"),
     ("celery: ack / broker I/O", "kombu"),
     ("celery: trace / request", "celery/app/trace.py"),
     ("billiard pool IPC", "billiard"),

@@ -34,13 +34,16 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import tests.fixtures.bench  # noqa: E402,F401  (registers noop)
-from mcp_celery_tasks import migrate  # noqa: E402
-from mcp_celery_tasks.leases import LeaseKeeper  # noqa: E402
-from mcp_celery_tasks.observe import SILENT, JobObserver, Telemetry  # noqa: E402
-from mcp_celery_tasks.runner import JobRunner, worker_identity  # noqa: E402
-from mcp_celery_tasks.runtime import Runtime  # noqa: E402
 from mcp_celery_tasks.settings import Settings  # noqa: E402
-from mcp_celery_tasks.store import WorkerStore, queries  # noqa: E402
+from mcp_celery_tasks.store import (  # noqa: E402
+    WorkerStore,
+    migrate,
+    queries,
+)
+from mcp_celery_tasks.worker.leases import LeaseKeeper  # noqa: E402
+from mcp_celery_tasks.worker.observe import SILENT, JobObserver, Telemetry  # noqa: E402
+from mcp_celery_tasks.worker.runner import JobRunner, worker_identity  # noqa: E402
+from mcp_celery_tasks.worker.runtime import Runtime  # noqa: E402
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 DB = "mcp_perf_steps"

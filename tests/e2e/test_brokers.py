@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcp_celery_tasks.celery_app import create_app
-from mcp_celery_tasks.channel import publish_job, queue_depth
+from mcp_celery_tasks.broker.celery_app import create_app
+from mcp_celery_tasks.broker.channel import publish_job, queue_depth
 from mcp_celery_tasks.settings import Settings
 from tests.support import Client, Stack, free_port, wait_until
 

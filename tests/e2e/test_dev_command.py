@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mcp_celery_tasks import devrecord
+from mcp_celery_tasks.cli.dev import record as devrecord
 from tests.support import ROOT, Client, free_port, wait_until
 
 
@@ -124,7 +124,16 @@ def _env() -> dict[str, str]:
 
 
 def _dev_argv(port: int) -> list[str]:
-    return [sys.executable, "-m", "mcp_celery_tasks.cli", "dev", "--port", str(port), "--tools", DEV_TOOLS]
+    return [
+        sys.executable,
+        "-m",
+        "mcp_celery_tasks.cli",
+        "dev",
+        "--port",
+        str(port),
+        "--tools",
+        DEV_TOOLS,
+    ]
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -144,7 +153,7 @@ def _keeper(data_dir: Path) -> psutil.Process:
     (keeper,) = [
         p
         for p in _processes_using(data_dir)
-        if "mcp_celery_tasks.devguard" in " ".join(p.info["cmdline"] or [])
+        if "mcp_celery_tasks.cli.dev.guard" in " ".join(p.info["cmdline"] or [])
     ]
     return keeper
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from mcp_celery_tasks import gc
-from mcp_celery_tasks.celery_app import RUN_TOOL, create_app
-from mcp_celery_tasks.channel import queue_depth
+from mcp_celery_tasks.broker.celery_app import RUN_TOOL, create_app
+from mcp_celery_tasks.broker.channel import queue_depth
+from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
 from tests import support

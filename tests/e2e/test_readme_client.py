@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mcp_celery_tasks.devstack import seed_example_files
+from mcp_celery_tasks.cli.dev.stack import seed_example_files
 from tests.support import ROOT, Stack
 
 

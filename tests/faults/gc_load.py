@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from mcp_celery_tasks import gc
+from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
 from tests.faults.stack import FaultClient, FaultStack, percentile

@@ -21,9 +21,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from mcp_celery_tasks import migrate
-from mcp_celery_tasks.embedded import embedded_services, start_redis
+from mcp_celery_tasks.cli.dev.embedded import embedded_services, start_redis
 from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import migrate
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # platformdirs and XDG_RUNTIME_DIR

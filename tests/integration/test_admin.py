@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from mcp_celery_tasks import devrecord
+from mcp_celery_tasks.cli.dev import record as devrecord
 from tests.support import ROOT, create_database, drop_database, dsn_for, free_port, wait_until
 
 

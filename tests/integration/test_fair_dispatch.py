@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis
 
-from mcp_celery_tasks.celery_app import create_app
-from mcp_celery_tasks.channel import CircuitBreaker, Publisher
+from mcp_celery_tasks.backlog.publisher import FairPublisher
+from mcp_celery_tasks.backlog.release import BrokerUnavailable, release_and_publish
+from mcp_celery_tasks.broker.celery_app import create_app
+from mcp_celery_tasks.broker.channel import CircuitBreaker, Publisher
 from mcp_celery_tasks.errors import TooManyWaiting
-from mcp_celery_tasks.fair import BrokerUnavailable, release_and_publish
-from mcp_celery_tasks.outbox import FairPublisher
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore
 from tests import support

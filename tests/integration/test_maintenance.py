@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from mcp_types import jsonrpc as codes
 
-from mcp_celery_tasks import gc
+from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, NewTask, TaskRecord, WorkerStore, queries
 from tests.integration.conftest import Db
@@ -453,7 +453,7 @@ async def test_gc_overdue_reports_a_collector_that_stopped_running(
     db.execute("UPDATE mcp_maintenance SET last_run_at = now() - interval '1 hour'")
     overdue = gc.gc_overdue(store, sweep_settings)
     assert overdue is not None and 3600 <= overdue < 3660
-    with caplog.at_level(logging.ERROR, logger="mcp_celery_tasks.gc"):
+    with caplog.at_level(logging.ERROR, logger="mcp_celery_tasks.maintenance.gc"):
         sweep(store, [], sweep_settings)
     assert any("ALARM" in r.getMessage() for r in caplog.records)
     gc.collect_garbage(store)

@@ -12,8 +12,8 @@ import pytest
 from mcp_types import jsonrpc as codes
 from psycopg_pool import PoolTimeout
 
-from mcp_celery_tasks import gc
 from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, WorkerStore
 from tests.integration.conftest import Db

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import redis
 
-from mcp_celery_tasks.celery_app import create_app
-from mcp_celery_tasks.channel import Inbox, send_wake
+from mcp_celery_tasks.broker.celery_app import create_app
+from mcp_celery_tasks.broker.channel import Inbox, send_wake
 from mcp_celery_tasks.settings import Settings
 from tests import support
 

@@ -8,11 +8,12 @@ from typing import Any, cast
 
 import pytest
 
-from mcp_celery_tasks.events import TaskEvents
-from mcp_celery_tasks.sealing import Sealer
-from mcp_celery_tasks.service import Services, TaskService
+from mcp_celery_tasks.protocol.sealing import Sealer
+from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore
+from mcp_celery_tasks.tasks.events import TaskEvents
+from mcp_celery_tasks.tasks.service import TaskService
 from tests.memory_api import MemoryApiStore, RecordingPublisher
 
 

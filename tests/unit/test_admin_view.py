@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from mcp_celery_tasks.admincommon import redact
-from mcp_celery_tasks.adminview import OPTIONAL_COLUMNS, ls_table, natural_width, status_cell
+from mcp_celery_tasks.cli.admin.connect import redact
+from mcp_celery_tasks.cli.admin.view import OPTIONAL_COLUMNS, ls_table, natural_width, status_cell
 
 
 def _row(**overrides: Any) -> dict[str, Any]:

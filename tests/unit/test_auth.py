@@ -8,7 +8,7 @@ from typing import Any
 import jwt
 import pytest
 
-from mcp_celery_tasks.auth import ANONYMOUS, Authenticator, Unauthorized
+from mcp_celery_tasks.api.auth import ANONYMOUS, Authenticator, Unauthorized
 from mcp_celery_tasks.settings import Settings
 
 SECRET = "s" * 32

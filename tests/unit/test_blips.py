@@ -13,8 +13,8 @@ import pytest
 import redis.exceptions
 import sqlalchemy.exc
 
-from mcp_celery_tasks.blips import OutageTooLong, is_infrastructure, ride_out
 from mcp_celery_tasks.errors import InfrastructureError, ToolError
+from mcp_celery_tasks.transient import OutageTooLong, is_infrastructure, ride_out
 
 
 def _chained(outer: BaseException, cause: BaseException) -> BaseException:

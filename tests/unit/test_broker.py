@@ -9,10 +9,16 @@ import pytest
 from celery import Celery
 
 from mcp_celery_tasks import TaskContext, tool
-from mcp_celery_tasks.broker import BrokerProfile, RabbitMQProfile, RedeliveryLimit, RedisProfile, profile_for
-from mcp_celery_tasks.celery_app import create_app
+from mcp_celery_tasks.broker.celery_app import create_app
+from mcp_celery_tasks.broker.profiles import (
+    BrokerProfile,
+    RabbitMQProfile,
+    RedeliveryLimit,
+    RedisProfile,
+    profile_for,
+)
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.worker import check_input_timeouts
+from mcp_celery_tasks.worker.celery_glue import check_input_timeouts
 
 
 @tool(name="t_unit_broker_waiter", input_timeout=600)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from mcp_celery_tasks.callcli import UsageError, check_call, parse_args
-from mcp_celery_tasks.callview import duration, show_result, task_mode
+from mcp_celery_tasks.client.call import UsageError, check_call, parse_args
+from mcp_celery_tasks.client.view import duration, show_result, task_mode
 from tests.support import ROOT
 
 TOOLS: list[dict[str, Any]] = [
@@ -132,6 +132,7 @@ def test_help_shows_what_to_type_not_python_types(command: str) -> None:
 
 
 def test_the_client_reads_the_mode_key_the_server_writes() -> None:
-    from mcp_celery_tasks import callview, wire
+    from mcp_celery_tasks import wire
+    from mcp_celery_tasks.client import view as callview
 
     assert callview.MODE == wire.TOOL_MODE_META_KEY

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from mcp_celery_tasks.callforms import Answerer, AnswersError, _Choice, _Field, load_answers
+from mcp_celery_tasks.client.forms import Answerer, AnswersError, _Choice, _Field, load_answers
 
 
 def _console() -> Console:

@@ -28,7 +28,7 @@ PROBE = """
 import json, sys
 heavy = json.loads(sys.argv[2])
 sys.argv = ["mcp-celery-tasks", *json.loads(sys.argv[1])]
-from mcp_celery_tasks.cli import main
+from mcp_celery_tasks.cli.commands import main
 try:
     main()
 except BaseException:  # the modules loaded are the point here, not how the command ended
@@ -55,7 +55,7 @@ def test_importing_the_cli_loads_no_heavy_library() -> None:
         [
             sys.executable,
             "-c",
-            "import json, sys; import mcp_celery_tasks.cli; "
+            "import json, sys; import mcp_celery_tasks.cli.commands; "
             f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))",
         ],
         cwd=ROOT,

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from mcp_celery_tasks.sealing import Sealer
+from mcp_celery_tasks.protocol.sealing import Sealer
 from mcp_celery_tasks.settings import API_ONLY_SECRETS, Settings
 from tests.support import ROOT
 
@@ -305,7 +305,7 @@ def test_secret_files_are_never_committed(config: dict[str, Any]) -> None:
 
 
 def test_grafana_dashboard_queries_only_metrics_the_code_defines() -> None:
-    from mcp_celery_tasks import metrics
+    from mcp_celery_tasks.telemetry import metrics
 
     dashboard = json.loads((ROOT / "deploy" / "grafana" / "dashboards" / "mcp-celery-tasks.json").read_text())
     exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from mcp_celery_tasks import InputNotSupported, TaskCancelled, TaskContext
-from mcp_celery_tasks.inputs import ELICIT, elicit_params, params_hash
-from mcp_celery_tasks.runtime import Runtime
+from mcp_celery_tasks.tools.inputs import ELICIT, elicit_params, params_hash
+from mcp_celery_tasks.worker.runtime import Runtime
 from tests.doubles import FakeInbox, MemoryStore, Row, answer_everything
 
 ME = "host:1:me"

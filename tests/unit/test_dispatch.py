@@ -8,9 +8,9 @@ import re
 import pytest
 from mcp_types import jsonrpc as codes
 
-from mcp_celery_tasks.dispatch import decode_header_value
 from mcp_celery_tasks.errors import HeaderMismatch
-from mcp_celery_tasks.service import new_task_id
+from mcp_celery_tasks.protocol.dispatch import decode_header_value
+from mcp_celery_tasks.tasks.service import new_task_id
 
 URL_SAFE = re.compile(r"^[A-Za-z0-9_-]+$")
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from mcp_celery_tasks.fair import DispatchWindow
+from mcp_celery_tasks.backlog.release import DispatchWindow
 from mcp_celery_tasks.settings import Settings
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-from mcp_celery_tasks.events import TaskEvents
 from mcp_celery_tasks.store import ApiStore, NewTask, TaskRecord
+from mcp_celery_tasks.tasks.events import TaskEvents
 from tests.memory_api import MemoryApiStore
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from starlette.requests import Request
 
-from mcp_celery_tasks.intake import Disconnected, read_body, request_headers
+from mcp_celery_tasks.api.intake import Disconnected, read_body, request_headers
 
 
 def _request(headers: list[tuple[bytes, bytes]], messages: Iterable[dict[str, Any]] = ()) -> Request:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mcp_celery_tasks.errors import InvalidParams
-from mcp_celery_tasks.inputs import ELICIT, ROOTS, SAMPLE, elicit_params, params_hash, validate_response
+from mcp_celery_tasks.tools.inputs import ELICIT, ROOTS, SAMPLE, elicit_params, params_hash, validate_response
 
 SCHEMA = {
     "type": "object",

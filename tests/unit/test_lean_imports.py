@@ -10,7 +10,7 @@ from pathlib import Path
 
 from alembic.script import ScriptDirectory
 
-from mcp_celery_tasks import migrate
+from mcp_celery_tasks.store import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_ONLY = ("alembic", "sqlalchemy")
@@ -30,19 +30,19 @@ def _loaded_after(statement: str) -> list[str]:
 
 def test_the_api_process_modules_load_neither_alembic_nor_sqlalchemy() -> None:
     statement = (
-        "import mcp_celery_tasks.server, mcp_celery_tasks.app\n"
+        "import mcp_celery_tasks.api.server, mcp_celery_tasks.api.compose\n"
         "from mcp_celery_tasks.settings import Settings\n"
-        "mcp_celery_tasks.server.create_server(Settings())"  # reads the head revision
+        "mcp_celery_tasks.api.server.create_server(Settings())"  # reads the head revision
     )
     assert _loaded_after(statement) == []
 
 
 def test_the_worker_modules_load_neither_alembic_nor_sqlalchemy() -> None:
-    assert _loaded_after("import mcp_celery_tasks.worker, mcp_celery_tasks.celery_main") == []
+    assert _loaded_after("import mcp_celery_tasks.worker.celery_glue, mcp_celery_tasks.celery_main") == []
 
 
 def test_the_migration_modules_still_have_them() -> None:
-    assert _loaded_after("import mcp_celery_tasks.db") == ["sqlalchemy"]
+    assert _loaded_after("import mcp_celery_tasks.store.schema") == ["sqlalchemy"]
 
 
 def test_the_head_revision_is_alembics() -> None:

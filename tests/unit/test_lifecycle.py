@@ -7,8 +7,8 @@ from typing import get_args
 
 import pytest
 
-from mcp_celery_tasks.db import STATUS_CHECK
 from mcp_celery_tasks.lifecycle import ACTIVE, TERMINAL, Status, allowed_from, is_terminal
+from mcp_celery_tasks.store.schema import STATUS_CHECK
 
 STATUSES: tuple[Status, ...] = get_args(Status)
 

@@ -8,8 +8,8 @@ import logging
 import pytest
 from prometheus_client import REGISTRY
 
-from mcp_celery_tasks.observe import Telemetry
 from mcp_celery_tasks.store.records import ClaimedTask
+from mcp_celery_tasks.worker.observe import Telemetry
 
 TOOL = "unit_observe_tool"
 

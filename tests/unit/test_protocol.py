@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from mcp_types import jsonrpc as codes
 
-from mcp_celery_tasks import methods
-from mcp_celery_tasks.dispatch import Headers, Reply, dispatch, settle
-from mcp_celery_tasks.registry import tool
-from mcp_celery_tasks.service import Services
+from mcp_celery_tasks.protocol import methods
+from mcp_celery_tasks.protocol.dispatch import Headers, Reply, dispatch, settle
+from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.tools.registry import tool
 from tests.memory_api import MemoryApiStore, RecordingPublisher
 from tests.unit.conftest import meta
 

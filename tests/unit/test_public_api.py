@@ -14,17 +14,34 @@ import mcp_celery_tasks
 PACKAGE = "mcp_celery_tasks"
 PACKAGE_DIR = Path(mcp_celery_tasks.__file__).resolve().parent
 
-SERVER_SIDE = (
-    "server", "intake", "app", "dispatch", "methods", "rpc", "modern", "legacy", "push", "mrtr",
-    "service", "events", "auth", "quotas",
-)  # fmt: skip
-"""DESIGN §4's server side: the HTTP edge, the composition root, the protocol and the service."""
-WORKER_ONLY = ("worker", "gc", "runner", "runtime", "leases", "observe")
-"""The worker side: the Celery glue, the job runner, the runtime under a job's context, beat jobs
-(``context`` itself is the tool authors' API, which the registry reads on both sides)."""
-CELERY_FREE = ("runner", "runtime", "leases", "observe", "context")
-"""The job pipeline: everything but ``worker.run_tool`` itself, testable without Celery."""
-SERVER_ONLY = tuple(name for name in SERVER_SIDE if name != "auth")
+LAYERS: dict[str, frozenset[str]] = {
+    "root": frozenset(),
+    "telemetry": frozenset({"root"}),
+    "store": frozenset({"root"}),
+    "tools": frozenset({"root"}),
+    "client": frozenset({"root"}),
+    "broker": frozenset({"root", "telemetry", "tools"}),
+    "backlog": frozenset({"root", "telemetry", "store", "broker"}),
+    "maintenance": frozenset({"root", "telemetry", "store", "backlog"}),
+    "worker": frozenset({"root", "telemetry", "store", "tools", "broker", "maintenance"}),
+    "tasks": frozenset({"root", "telemetry", "store", "tools"}),
+    "protocol": frozenset({"root", "telemetry", "store", "tools", "tasks"}),
+    "api": frozenset({"root", "telemetry", "store", "tools", "broker", "backlog", "tasks", "protocol"}),
+    "cli": frozenset(
+        {"root", "telemetry", "store", "tools", "broker", "worker", "tasks", "protocol", "api", "client"}
+    ),
+    "entry": frozenset({"root", "broker"}),
+}
+"""Folder -> the folders its modules may import at run time (its own always). The root's shared
+leaves (errors, lifecycle, settings, wire, transient) are the floor; ``celery_main`` is an entry
+point of Celery's own tools. The server side (tasks, protocol, api) and the worker side (worker,
+maintenance) meet only in the folders both stand on."""
+ENTRY_MODULES = frozenset({f"{PACKAGE}.celery_main"})
+SERVER_FOLDERS = frozenset({"tasks", "protocol", "api"})
+WORKER_FOLDERS = frozenset({"worker", "maintenance"})
+CELERY_GLUE = frozenset({f"{PACKAGE}.worker.celery_glue"})
+"""The only worker module that imports Celery (the package itself loads it lazily, for
+``install``): the rest of the job pipeline is tested without it."""
 
 
 def test_public_api_is_pinned() -> None:
@@ -149,41 +166,87 @@ def reachable(module: str) -> set[str]:
     return seen
 
 
-def qualified(names: tuple[str, ...]) -> set[str]:
-    return {f"{PACKAGE}.{name}" for name in names} & MODULES.keys()
+def folder(module: str) -> str:
+    """The layer a module lives in: its top folder under the package, or the root's leaves."""
+    if module in ENTRY_MODULES:
+        return "entry"
+    parts = module.split(".")[1:]
+    top = parts[0] if parts else ""
+    return top if top in LAYERS and (len(parts) > 1 or MODULES[module].name == "__init__.py") else "root"
+
+
+def test_every_folder_has_a_rule() -> None:
+    folders = {folder(module) for module in MODULES}
+    assert folders == LAYERS.keys()
+    root = sorted(module for module in MODULES if folder(module) == "root")
+    assert len(root) <= 8, root  # the package root stays a few shared leaves
 
 
 def test_the_import_graph_sees_known_edges() -> None:
-    # Guards the two tests below against passing because the graph came out empty.
-    assert f"{PACKAGE}.methods" in direct_imports(f"{PACKAGE}.dispatch")  # from pkg import methods
-    assert f"{PACKAGE}.gc" in reachable(f"{PACKAGE}.worker")
-    assert f"{PACKAGE}.store.aio" in reachable(f"{PACKAGE}.server")  # via the store package
-    assert f"{PACKAGE}.events" in reachable(f"{PACKAGE}.server")
+    # Guards the tests below against passing because the graph came out empty.
+    assert f"{PACKAGE}.protocol.methods" in direct_imports(f"{PACKAGE}.protocol.dispatch")
+    assert f"{PACKAGE}.maintenance.gc" in reachable(f"{PACKAGE}.worker.celery_glue")  # from pkg import gc
+    assert f"{PACKAGE}.store.aio" in reachable(f"{PACKAGE}.api.server")  # via the store package
+    assert f"{PACKAGE}.tasks.events" in reachable(f"{PACKAGE}.api.server")
 
 
-@pytest.mark.parametrize("side", SERVER_SIDE)
-def test_server_side_module_never_imports_the_worker_side(side: str) -> None:
-    module = f"{PACKAGE}.{side}"
-    assert module in MODULES
-    assert not reachable(module) & qualified(WORKER_ONLY)
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_each_module_imports_only_the_layers_below_it(module: str) -> None:
+    home = folder(module)
+    upward = {
+        target
+        for target in direct_imports(module) - {PACKAGE}
+        if folder(target) != home and folder(target) not in LAYERS[home]
+    }
+    assert not upward, f"{module} ({home}/) imports {sorted(upward)}"
 
 
-def test_worker_never_imports_the_server_side() -> None:
-    assert not reachable(f"{PACKAGE}.worker") & qualified(SERVER_ONLY)
+def test_the_worker_side_never_reaches_the_server_side() -> None:
+    for module in MODULES:
+        if folder(module) in WORKER_FOLDERS:
+            reached = {folder(name) for name in reachable(module)}
+            assert not reached & SERVER_FOLDERS, module
 
 
-def test_gc_never_imports_the_server_side() -> None:
-    assert not reachable(f"{PACKAGE}.gc") & qualified(SERVER_ONLY)
+def test_the_server_side_never_reaches_the_worker_side() -> None:
+    for module in MODULES:
+        if folder(module) in SERVER_FOLDERS:
+            reached = {folder(name) for name in reachable(module)}
+            assert not reached & WORKER_FOLDERS, module
 
 
-@pytest.mark.parametrize("module", CELERY_FREE)
+@pytest.mark.parametrize(
+    "module", sorted(m for m in MODULES if folder(m) in {"worker", "tools", "store"} and m not in CELERY_GLUE)
+)
 def test_the_job_pipeline_never_imports_celery(module: str) -> None:
-    reached = reachable(f"{PACKAGE}.{module}")
-    assert not reached & qualified(("celery_app", "worker", "cli"))
+    reached = reachable(module)
+    assert not reached & (CELERY_GLUE | {f"{PACKAGE}.broker.celery_app"})
     assert not any("celery" in library_imports(name) for name in reached)
 
 
 def test_the_import_graph_sees_known_libraries() -> None:
     # Guards the test above against passing because no library import was seen.
-    assert "celery" in library_imports(f"{PACKAGE}.worker")
-    assert "kombu" in library_imports(f"{PACKAGE}.broker")
+    assert "celery" in library_imports(f"{PACKAGE}.worker.celery_glue")
+    assert "kombu" in library_imports(f"{PACKAGE}.broker.channel")
+
+
+def test_the_flat_paths_of_0_1_still_import_with_a_warning() -> None:
+    import importlib
+    import sys
+
+    from mcp_celery_tasks import _moved
+
+    for old, new in _moved.MOVED.items():
+        assert f"{PACKAGE}.{new}" in MODULES, new
+        sys.modules.pop(f"{PACKAGE}.{old}", None)
+        with pytest.warns(DeprecationWarning, match=f"{PACKAGE}.{old} moved to {PACKAGE}.{new}"):
+            module = importlib.import_module(f"{PACKAGE}.{old}")
+        assert module is importlib.import_module(f"{PACKAGE}.{new}")
+    sys.modules.pop(f"{PACKAGE}.server")
+    with pytest.warns(DeprecationWarning):
+        from mcp_celery_tasks.server import from_environment  # the uvicorn factory of 0.1
+    assert callable(from_environment)
+    from mcp_celery_tasks.client import TasksClient  # packages now, the same imports as before
+    from mcp_celery_tasks.worker import install
+
+    assert callable(install) and TasksClient.__module__ == f"{PACKAGE}.client.protocol"

@@ -9,10 +9,11 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from mcp_celery_tasks import push
-from mcp_celery_tasks.rpc import Stream
-from mcp_celery_tasks.service import RequestContext, Services
+from mcp_celery_tasks.protocol import push
+from mcp_celery_tasks.protocol.rpc import Stream
+from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.store import NewTask, TaskRecord
+from mcp_celery_tasks.tasks.service import RequestContext
 from mcp_celery_tasks.wire import ListenParams
 from tests.memory_api import MemoryApiStore
 from tests.unit.conftest import meta

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from mcp_celery_tasks.errors import QuotaExceeded
-from mcp_celery_tasks.quotas import Quotas
 from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.tasks.quotas import Quotas
 
 
 class Overrides:

@@ -14,7 +14,7 @@ from tests.support import ROOT
 # the registry is process-wide).
 TABLE = """
 import sys
-from mcp_celery_tasks.registry import all_tools, load_tool_modules
+from mcp_celery_tasks.tools.registry import all_tools, load_tool_modules
 load_tool_modules(sys.argv[1:])
 print("| Tool | Mode | Queue | Arguments (`[optional]`) | What it does |")
 print("|---|---|---|---|---|")
@@ -33,7 +33,7 @@ def _section(marker: str) -> str:
 
 
 def test_readme_tools_table_matches_what_dev_serves() -> None:
-    from mcp_celery_tasks.devstack import EXAMPLES
+    from mcp_celery_tasks.cli.dev.stack import EXAMPLES
 
     ran = subprocess.run(
         [sys.executable, "-c", TABLE, *EXAMPLES], cwd=ROOT, capture_output=True, text=True, timeout=60
@@ -54,7 +54,7 @@ def test_readme_tool_module_recipe_registers_its_tool(tmp_path: Path) -> None:
     (package / "__init__.py").write_text("")
     (package / "tools.py").write_text(_python_block("# myproject/tools.py"))
     probe = (
-        "import json; from mcp_celery_tasks.registry import all_tools, load_tool_modules; "
+        "import json; from mcp_celery_tasks.tools.registry import all_tools, load_tool_modules; "
         "load_tool_modules(['myproject.tools']); "
         "print(json.dumps({s.name: s.input_schema for s in all_tools()}))"
     )

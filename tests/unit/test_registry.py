@@ -15,7 +15,7 @@ from pydantic import Field
 
 from mcp_celery_tasks import Mode, TaskContext, tool
 from mcp_celery_tasks.errors import InvalidParams
-from mcp_celery_tasks.registry import InvalidArguments, ToolSpec, all_tools, get_tool
+from mcp_celery_tasks.tools.registry import InvalidArguments, ToolSpec, all_tools, get_tool
 
 
 def spec(name: str) -> ToolSpec:

@@ -7,7 +7,7 @@ import json
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
 
-from mcp_celery_tasks.results import error_result, to_call_tool_result
+from mcp_celery_tasks.tools.results import error_result, to_call_tool_result
 
 
 class Report(BaseModel):

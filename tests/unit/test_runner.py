@@ -13,10 +13,10 @@ import pytest
 
 from mcp_celery_tasks import McpError, TaskCancelled, TaskContext, ToolError, tool
 from mcp_celery_tasks.errors import InfrastructureError
-from mcp_celery_tasks.observe import JobObserver
-from mcp_celery_tasks.runner import JobRunner, worker_identity
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
+from mcp_celery_tasks.worker.observe import JobObserver
+from mcp_celery_tasks.worker.runner import JobRunner, worker_identity
 from tests.doubles import FakeInbox, MemoryStore, Row
 
 # ---- fake tools (registered under names no other test uses) ------------------------------------

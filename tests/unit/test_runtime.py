@@ -9,10 +9,10 @@ import pytest
 
 from mcp_celery_tasks import TaskCancelled
 from mcp_celery_tasks.errors import InputTimedOut
-from mcp_celery_tasks.inputs import ELICIT, elicit_params, params_hash
-from mcp_celery_tasks.leases import LeaseKeeper
-from mcp_celery_tasks.runtime import Runtime
 from mcp_celery_tasks.store.records import InputRecord
+from mcp_celery_tasks.tools.inputs import ELICIT, elicit_params, params_hash
+from mcp_celery_tasks.worker.leases import LeaseKeeper
+from mcp_celery_tasks.worker.runtime import Runtime
 from tests.doubles import FakeInbox, MemoryStore, Row
 from tests.support import wait_until
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import redis.exceptions
 
-from mcp_celery_tasks.blips import OutageTooLong
 from mcp_celery_tasks.errors import InfrastructureError, WorkerStopping
-from mcp_celery_tasks.leases import LeaseKeeper
-from mcp_celery_tasks.runtime import Runtime
+from mcp_celery_tasks.transient import OutageTooLong
+from mcp_celery_tasks.worker.leases import LeaseKeeper
+from mcp_celery_tasks.worker.runtime import Runtime
 from tests.doubles import FakeInbox, MemoryStore, answer_everything
 from tests.support import wait_until
 from tests.unit.test_runtime import ACCEPT, ME, claimed_row, question, runtime_for

@@ -8,7 +8,7 @@ import pytest
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.errors import InvalidParams
-from mcp_celery_tasks.sealing import Sealer, arguments_hash, generate_key
+from mcp_celery_tasks.protocol.sealing import Sealer, arguments_hash, generate_key
 
 BOUND = {"p": "token:alice", "t": "greet", "a": arguments_hash({"name": "x"})}
 

@@ -55,7 +55,7 @@ def test_a_mapping_file_must_be_json(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_dev_serves_the_examples_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mcp_celery_tasks.devstack import _tool_modules
+    from mcp_celery_tasks.cli.dev.stack import _tool_modules
 
     monkeypatch.delenv("MCP_TASKS_TOOL_MODULES", raising=False)
     assert _tool_modules(None) == ["workers"]

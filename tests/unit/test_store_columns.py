@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from mcp_celery_tasks.db import task_inputs, tasks
 from mcp_celery_tasks.store import queries
 from mcp_celery_tasks.store.records import ClaimedTask, InputRecord, TaskRecord
+from mcp_celery_tasks.store.schema import task_inputs, tasks
 
 
 def _listed(columns: str) -> list[str]:

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from mcp_celery_tasks import watchdog
 from mcp_celery_tasks.errors import InfrastructureError
-from mcp_celery_tasks.registry import tool
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.watchdog import RunningJob, Watchdog, holder_of
+from mcp_celery_tasks.tools.registry import tool
+from mcp_celery_tasks.worker import watchdog
+from mcp_celery_tasks.worker.watchdog import RunningJob, Watchdog, holder_of
 
 HOST = "host-a"
 

@@ -1,0 +1,93 @@
+"""The composition root of an API process: settings in, the running ``Services`` out.
+
+Everything one process shares is built here once, in order, and torn down in reverse: the
+Postgres pool, the task event hub, the publisher thread with the Celery app it publishes
+through (ours, or a team's own), the sealer, the task service. ``server`` wraps this in the
+FastAPI lifespan and hands ``Services`` to requests as lifespan state. No HTTP here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+
+from mcp_celery_tasks.backlog.publisher import FairPublisher
+from mcp_celery_tasks.broker.celery_app import default_queue, load_app
+from mcp_celery_tasks.broker.channel import CircuitBreaker, Publisher
+from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.protocol.sealing import Sealer
+from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import ApiStore, WorkerStore
+from mcp_celery_tasks.tasks.events import TaskEvents
+from mcp_celery_tasks.tasks.service import TaskService
+from mcp_celery_tasks.telemetry import tracing
+from mcp_celery_tasks.tools.registry import load_tool_modules
+
+__all__ = ["SERVER_VERSION", "running"]
+
+logger = logging.getLogger("mcp_celery_tasks.app")
+
+try:
+    SERVER_VERSION = version("mcp-celery-tasks")
+except PackageNotFoundError:  # running from a source tree
+    SERVER_VERSION = "0.0.0"
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Services]:
+    """The process's services, started; stopped again on exit."""
+    tracing.configure(settings, "mcp-celery-tasks-api")
+    celery = load_app(settings)  # a team's own app loads its tool modules here
+    load_tool_modules(settings.tool_modules)
+    store = ApiStore(settings)
+    await store.open()
+    await _check_connection_budget(store, settings)
+    events = TaskEvents(store, poll_s=settings.push_recheck_seconds)
+    await events.start()
+    marker = WorkerStore(settings, application_name="mcp-celery-tasks-publisher")
+    publisher = Publisher(
+        celery,
+        on_published=marker.mark_dispatched,
+        deadline_s=settings.publish_deadline_seconds,
+        breaker=CircuitBreaker(settings.breaker_failures, settings.breaker_reset_seconds),
+    )
+    publisher.start()
+    # Jobs go out through the fair publisher (the backlog waits in Postgres); wake-ups and
+    # revokes through the broker thread.
+    fair = FairPublisher(celery, settings, publisher)
+    events.on_notify(fair.poke)
+    fair.start()
+    if not settings.secret_keys:
+        logger.warning("MCP_TASKS_SECRET_KEYS is not set: MRTR request states only open in this process")
+    tasks = TaskService(settings, store, events, fair, default_queue(celery, settings))
+    try:
+        yield Services(settings, tasks, store, events, fair, Sealer(settings.secret_keys), SERVER_VERSION)
+    finally:
+        await events.stop()
+        await asyncio.to_thread(fair.stop)
+        await asyncio.to_thread(publisher.stop)
+        await asyncio.to_thread(marker.close)
+        await store.close()
+
+
+async def _check_connection_budget(store: ApiStore, settings: Settings) -> None:
+    """Warn at start-up when this process's pool would not fit under max_connections (the
+    README's budget: api * (db_pool_max + 2) + sum of worker (concurrency + 1) + 5)."""
+    try:
+        used, limit = await store.connection_headroom()
+    except InfrastructureError:
+        logger.warning("Postgres is not reachable at start-up; the API will keep trying")
+        return
+    needed = settings.db_pool_max + 2
+    if used + needed > limit - 5:
+        logger.warning(
+            "connection budget: %d of max_connections=%d are in use and this API process may open %d "
+            "more; raise max_connections or lower MCP_TASKS_DB_POOL_MAX",
+            used,
+            limit,
+            needed,
+        )

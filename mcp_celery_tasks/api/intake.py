@@ -1,0 +1,173 @@
+"""Reading one request at the HTTP edge: its headers once, its body bounded, parsed and checked.
+
+What ``server`` hands to ``dispatch``: the parsed JSON-RPC body and the few header values the
+2026-07-28 rules compare against it. A body that cannot be handled is refused here (``Refused``:
+the HTTP status and the JSON-RPC error to answer), before any of it reaches the protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+from mcp_celery_tasks.errors import InvalidRequest, ParseError, ProtocolError
+from mcp_celery_tasks.protocol import dispatch
+from mcp_celery_tasks.settings import Settings
+
+__all__ = [
+    "BUDGET_WAIT_S",
+    "LARGE_BODY",
+    "BodyBudget",
+    "Busy",
+    "Disconnected",
+    "Refused",
+    "header_value",
+    "parsed_body",
+    "read_body",
+    "request_headers",
+    "rpc_headers",
+]
+
+LARGE_BODY = 64 * 1024
+"""Bodies above this size share the process's parse budget (``max_inflight_body_bytes``)."""
+BUDGET_WAIT_S = 10.0
+
+
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+"""An ASGI ``receive``."""
+
+
+class Busy(Exception):
+    """The large-body budget stayed full for ``BUDGET_WAIT_S``."""
+
+
+class Disconnected(Exception):
+    """The client went away before its whole body arrived."""
+
+
+class Refused(Exception):
+    """The request is answered before dispatch (too large, not JSON, not storable)."""
+
+    def __init__(self, status: int, error: ProtocolError, request_id: Any = None) -> None:
+        super().__init__(str(error))
+        self.status = status
+        self.error = error
+        self.request_id = request_id
+
+
+class BodyBudget:
+    """Bytes of large request bodies read and parsed at once in this process: concurrent large
+    bodies wait for each other instead of taking the memory they would expand to."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._freed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def reserve(self, size: int) -> AsyncIterator[None]:
+        size = min(size, self.limit)
+        async with self._freed:
+            try:
+                await asyncio.wait_for(
+                    self._freed.wait_for(lambda: self.used + size <= self.limit), BUDGET_WAIT_S
+                )
+            except TimeoutError:
+                raise Busy from None
+            self.used += size
+        try:
+            yield
+        finally:
+            async with self._freed:
+                self.used -= size
+                self._freed.notify_all()
+
+
+def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Every header of an ASGI scope's ``headers`` in one pass (ASGI names are lower-case). A
+    repeated header keeps its first value, as Starlette's ``Headers.get`` does: read in reverse,
+    the first one lands last."""
+    return {key.decode("latin-1"): value.decode("latin-1") for key, value in reversed(list(raw))}
+
+
+def header_value(headers: dict[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    return value.strip() if value is not None else None
+
+
+def rpc_headers(headers: dict[str, str]) -> dispatch.Headers:
+    """The header values dispatch checks the body against."""
+    return dispatch.Headers(
+        protocol_version=header_value(headers, "mcp-protocol-version"),
+        method=header_value(headers, "mcp-method"),
+        name=header_value(headers, "mcp-name"),
+        session_id=header_value(headers, "mcp-session-id"),
+        accepts_sse="text/event-stream" in headers.get("accept", ""),
+        params={
+            key[len("mcp-param-") :]: value.strip()
+            for key, value in headers.items()
+            if key.startswith("mcp-param-")
+        },
+    )
+
+
+async def read_body(receive: Receive, declared: str | None, limit: int) -> bytes | None:
+    """The body, or None when it is (or declares itself) larger than ``limit`` bytes."""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    while True:  # Request.stream() without its async generator: one message for most bodies
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise Disconnected
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN and Infinity are JavaScript, not JSON
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+
+
+async def parsed_body(receive: Receive, declared: str | None, settings: Settings, budget: BodyBudget) -> Any:
+    """The JSON body, refused (``Refused``) when too large, not JSON or not storable. A body that
+    declares more than ``LARGE_BODY`` bytes (or declares nothing) is read and parsed within
+    ``budget`` (``Busy`` when it stays full)."""
+    size = int(declared) if declared is not None and declared.isdigit() else settings.max_body_bytes
+    async with budget.reserve(size) if size > LARGE_BODY else contextlib.nullcontext():
+        return await _parse(receive, declared, settings)
+
+
+async def _parse(receive: Receive, declared: str | None, settings: Settings) -> Any:
+    raw = await read_body(receive, declared, settings.max_body_bytes)
+    if raw is None:
+        raise Refused(413, InvalidRequest(f"Request body larger than {settings.max_body_bytes} bytes"))
+    # An upper bound of the objects and arrays parsing would build (braces inside strings count
+    # too): refused before json.loads allocates them.
+    if raw.count(b"{") + raw.count(b"[") > settings.max_json_containers:
+        tooling = InvalidRequest(
+            f"Request body holds more than {settings.max_json_containers} JSON objects and arrays"
+        )
+        raise Refused(413, tooling)
+    try:
+        body = _DECODER.decode(raw.decode("utf-8-sig"))  # RFC 8259: UTF-8; a BOM may be ignored
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise Refused(400, ParseError("Parse error: the body is not valid JSON")) from None
+    problem = dispatch.unstorable(body)
+    if problem is not None:
+        request_id = body.get("id") if isinstance(body, dict) else None
+        if dispatch.unstorable(request_id) is not None or not dispatch.valid_id(request_id):
+            request_id = None
+        raise Refused(400, InvalidRequest(f"Invalid request: {problem}"), request_id)
+    return body

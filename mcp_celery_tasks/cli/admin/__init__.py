@@ -1,0 +1,1 @@
+"""``mcp-celery-tasks tasks ...``: what an operator needs, straight from Postgres."""

@@ -1,0 +1,357 @@
+"""``mcp-celery-tasks call`` and ``tools``: call a tool as a task and follow it in the terminal.
+
+Spinner, elapsed time and the statusMessage while it runs; each input request asked once
+(a form built from the requested schema); Ctrl-C sends tasks/cancel; the result at the end,
+then one closing status line. ``--json`` makes it quiet and scriptable (answers from
+``--answers FILE`` or declined, each decline said on stderr). Tools are learned from
+``tools/list`` only, so any SEP-2663 server will do.
+
+The result goes to stdout; the live line, forms, status and errors go to stderr (one line per
+error, never a traceback). Exit codes:
+
+- 0: the task completed.
+- 1: the task failed or was cancelled, or the tool reported an error (``isError``).
+- 2: refused before anything ran: a usage mistake (unknown tool or argument, a bad ``--answers``
+  file, a wrong ``--url`` or token) or a JSON-RPC error from the server.
+- 3: no MCP answer from the server: connection refused, timed out, or not an MCP endpoint.
+- 130: interrupted with Ctrl-C (the task was cancelled).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.spinner import Spinner
+from rich.text import Text
+
+from mcp_celery_tasks.client.forms import Answerer, AnswersError, load_answers
+from mcp_celery_tasks.client.protocol import (
+    TERMINAL,
+    ClientError,
+    RpcError,
+    ServerUnavailable,
+    TasksClient,
+    TaskStore,
+)
+from mcp_celery_tasks.client.view import arguments_text, duration, print_tools, show_result
+
+__all__ = ["check_call", "parse_args", "run_call", "run_tools"]
+
+EXIT_OK = 0
+EXIT_TASK_FAILED = 1
+EXIT_REFUSED = 2
+EXIT_UNREACHABLE = 3
+EXIT_INTERRUPTED = 130
+CAPABILITIES: dict[str, Any] = {"elicitation": {}, "sampling": {}, "roots": {}}
+
+
+class UsageError(Exception):
+    """The command line asks for something that cannot work; said before any task starts."""
+
+
+def parse_args(pairs: list[str]) -> dict[str, Any]:
+    """``k=v`` pairs; values are JSON when they parse as JSON, else strings."""
+    arguments: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--arg expects key=value, got {pair!r}")
+        try:
+            arguments[key] = json.loads(value)
+        except ValueError:
+            arguments[key] = value
+    return arguments
+
+
+def check_call(tools: list[dict[str, Any]], name: str, arguments: dict[str, Any]) -> None:
+    """Refuse an unknown tool, an argument its inputSchema does not have, or a missing one."""
+    by_name = {str(t["name"]): t for t in tools}
+    if name not in by_name:
+        close = difflib.get_close_matches(name, list(by_name), n=3)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        listed = ", ".join(sorted(by_name)) or "none"
+        raise UsageError(f"unknown tool {name!r}: {hint}Tools on this server: {listed}")
+    schema = by_name[name].get("inputSchema") or {}
+    properties = list(schema.get("properties") or {})
+    extra = schema.get("additionalProperties")
+    unknown = [key for key in arguments if key not in properties]
+    if unknown and extra is not True and not isinstance(extra, dict):
+        if not properties:
+            raise UsageError(f"{name} takes no arguments, got {', '.join(unknown)}")
+        close = [m for key in unknown for m in difflib.get_close_matches(key, properties, n=1)]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UsageError(
+            f"{name} has no argument {', '.join(unknown)}{hint}; its arguments: {arguments_text(schema)}"
+        )
+    missing = [key for key in schema.get("required") or [] if key not in arguments]
+    if missing:
+        needed = " ".join(f"--arg {key}=…" for key in missing)
+        raise UsageError(f"{name} needs {needed}; its arguments: {arguments_text(schema)}")
+
+
+def _error(console: Console, message: str) -> None:
+    console.print(f"[red]error[/red]: {escape(message)}", soft_wrap=True)
+
+
+def _exit_code(exc: ClientError) -> int:
+    if isinstance(exc, ServerUnavailable):
+        return EXIT_UNREACHABLE
+    return EXIT_REFUSED  # InvalidUrl, Unauthorized, RpcError
+
+
+def _client_message(exc: ClientError) -> str:
+    if isinstance(exc, RpcError):
+        return f"the server refused the request: {exc}"
+    return str(exc)
+
+
+def run_tools(*, url: str, token: str | None, as_json: bool, timeout: float) -> int:
+    """``mcp-celery-tasks tools``: name, task mode and a one-line description of every tool."""
+    err = Console(stderr=True, soft_wrap=True)
+    client = TasksClient(url, token=token, capabilities=CAPABILITIES, timeout_s=timeout)
+    try:
+        tools = client.list_tools()
+    except ClientError as exc:
+        _error(err, _client_message(exc))
+        return _exit_code(exc)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    finally:
+        client.close()
+    print_tools(tools, as_json=as_json)
+    return EXIT_OK
+
+
+class _Clock:
+    """Elapsed time of a task, without the time its user spent answering forms here."""
+
+    def __init__(self) -> None:
+        self.origin = time.monotonic()
+        self.created: float | None = None
+        self.paused_s = 0.0
+
+    def since(self, created_at: Any) -> None:
+        """Count from the task's ``createdAt`` (a resumed task did not start with this process)."""
+        self.created = _timestamp(created_at)
+        if self.created is not None:
+            self.origin = time.monotonic() - max(0.0, time.time() - self.created)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.paused_s += time.monotonic() - began
+
+    def elapsed(self, ended_at: Any = None) -> float:
+        """Seconds so far, or until ``ended_at`` (a finished task's ``lastUpdatedAt``) on resume."""
+        ended = _timestamp(ended_at)
+        if self.created is not None and ended is not None:
+            return max(0.0, ended - self.created - self.paused_s)
+        return max(0.0, time.monotonic() - self.origin - self.paused_s)
+
+
+def _timestamp(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def run_call(
+    *,
+    url: str,
+    url_given: bool,
+    token: str | None,
+    tool: str | None,
+    args: list[str],
+    resume: str | None,
+    as_json: bool,
+    answers_file: Path | None,
+    timeout: float,
+) -> int:
+    err = Console(stderr=True, soft_wrap=True)
+    try:
+        if (tool is None) == (resume is None):
+            raise UsageError("name a tool, or --resume TASK_ID (not both)")
+        arguments = parse_args(args)
+        if resume is not None and arguments:
+            raise UsageError("--arg goes with a tool name, not with --resume")
+        answers = load_answers(answers_file) if answers_file else {}
+    except (UsageError, AnswersError) as exc:
+        _error(err, str(exc))
+        return EXIT_REFUSED
+    client = TasksClient(url, token=token, capabilities=CAPABILITIES, timeout_s=timeout)
+    call = _Call(err, client, as_json=as_json, answers=answers)
+    try:
+        if resume is not None:
+            return call.resume(resume, url_given=url_given)
+        assert tool is not None
+        return call.start(tool, arguments)
+    except KeyboardInterrupt:
+        return call.interrupted()
+    except UsageError as exc:
+        _error(err, str(exc))
+        return EXIT_REFUSED
+    except ClientError as exc:
+        _error(err, _client_message(exc))
+        if call.task_id is not None and isinstance(exc, ServerUnavailable):
+            err.print(f"the task may still be running: mcp-celery-tasks call --resume {call.task_id}")
+        return _exit_code(exc)
+    finally:
+        call.client.close()
+
+
+class _Call:
+    """One ``call``: start or resume a task, follow it, answer its questions, show how it ended."""
+
+    def __init__(
+        self, err: Console, client: TasksClient, *, as_json: bool, answers: dict[str, dict[str, Any]]
+    ) -> None:
+        self.err = err
+        self.out = Console()
+        self.client = client
+        self.as_json = as_json
+        self.store = TaskStore()
+        self.clock = _Clock()
+        self.live: Live | None = None
+        self.task_id: str | None = None
+        interactive = not as_json and sys.stdin.isatty()
+        self.answerer = Answerer(err, interactive=interactive, answers=answers, pause=self._paused)
+
+    @contextmanager
+    def _paused(self) -> Iterator[None]:
+        """A form is on screen: the live line steps aside and the clock stops."""
+        if self.live is not None:
+            self.live.stop()
+        try:
+            with self.clock.paused():
+                yield
+        finally:
+            if self.live is not None:
+                self.live.start()
+
+    def start(self, name: str, arguments: dict[str, Any]) -> int:
+        check_call(self.client.list_tools(), name, arguments)
+        self.clock = _Clock()
+        result = self.client.call_tool(name, arguments)
+        rounds = 0
+        while result.get("resultType") == "input_required" and rounds < 10:
+            rounds += 1  # MRTR before the task exists (or on a synchronous call)
+            responses = {
+                key: answer
+                for key, request in (result.get("inputRequests") or {}).items()
+                if (answer := self.answerer(key, request)) is not None
+            }
+            result = self.client.call_tool(
+                name, arguments, input_responses=responses, request_state=result.get("requestState")
+            )
+        if result.get("resultType") == "input_required":
+            raise UsageError(
+                f"{name} kept asking for input before it started; giving up after {rounds} rounds"
+            )
+        if result.get("resultType") != "task":
+            return self._finish({"status": "completed", "result": result}, cancelled_here=False)
+        self.task_id = str(result["taskId"])
+        self.store.add(self.task_id, self.client.url, name)
+        if not self.as_json:
+            self.err.print(
+                f"task {self.task_id} (resume with: mcp-celery-tasks call --resume {self.task_id})"
+            )
+        return self._finish(self._follow(result), cancelled_here=False)
+
+    def resume(self, task_id: str, *, url_given: bool) -> int:
+        remembered = self.store.get(task_id)
+        if remembered and not url_given:
+            self.client.url = remembered["url"]
+        self.task_id = task_id
+        task = self.client.get(task_id)
+        self.clock.since(task.get("createdAt"))
+        return self._finish(self._follow(task), cancelled_here=False)
+
+    def _follow(self, task: dict[str, Any]) -> dict[str, Any]:
+        if self.as_json:
+            return self.client.follow(task, on_update=lambda t: None, answer=self.answerer)
+        spinner = Spinner("dots", text="starting")
+
+        def show(current: dict[str, Any]) -> None:
+            message = current.get("statusMessage") or ""
+            spinner.update(text=Text(f"{current['status']}  {duration(self.clock.elapsed())}  {message}"))
+
+        with Live(spinner, console=self.err, refresh_per_second=8, transient=True) as live:
+            self.live = live
+            try:
+                return self.client.follow(task, on_update=show, answer=self.answerer)
+            finally:
+                self.live = None
+
+    def interrupted(self) -> int:
+        """Ctrl-C: cancel the task (if there is one yet) and show how it ended."""
+        if self.task_id is None:
+            self.err.print("interrupted")
+            return EXIT_INTERRUPTED
+        self.err.print("\ncancelling…")
+        try:
+            self.client.cancel(self.task_id)
+            final = self._wait_terminal(self.task_id)
+        except KeyboardInterrupt:
+            self.err.print(f"stopped waiting; the task is being cancelled ({self.task_id})")
+            return EXIT_INTERRUPTED
+        except ClientError as exc:
+            _error(self.err, f"could not cancel task {self.task_id}: {_client_message(exc)}")
+            return _exit_code(exc)
+        return self._finish(final, cancelled_here=True)
+
+    def _wait_terminal(self, task_id: str, limit_s: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + limit_s
+        task = self.client.get(task_id)
+        while task["status"] not in TERMINAL and time.monotonic() < deadline:
+            time.sleep(0.2)
+            task = self.client.get(task_id)
+        return task
+
+    def _finish(self, task: dict[str, Any], *, cancelled_here: bool) -> int:
+        """Print the outcome (the result on stdout, one status line on stderr); the exit code."""
+        status = task.get("status")
+        elapsed = duration(self.clock.elapsed(task.get("lastUpdatedAt") if status in TERMINAL else None))
+        if status in TERMINAL and "taskId" in task:
+            self.store.remove(str(task["taskId"]))
+        result = task.get("result") or {}
+        if self.as_json:
+            print(json.dumps(task, indent=2, ensure_ascii=False))
+        elif status == "completed":
+            show_result(self.out, result)
+        if status == "completed":
+            if result.get("isError"):
+                self._status(f"[red]tool error[/red] after {elapsed}")
+                return EXIT_TASK_FAILED
+            self._status(f"[green]completed[/green] in {elapsed}")
+            return EXIT_OK
+        if status == "failed":
+            error = task.get("error") or {}
+            detail = f"{error.get('message')} ({error.get('code')})"
+            self._status(f"[red]failed[/red] after {elapsed}: {escape(detail)}")
+            return EXIT_TASK_FAILED
+        if status == "cancelled":
+            self._status(f"[yellow]cancelled[/yellow] after {elapsed}")
+            return EXIT_INTERRUPTED if cancelled_here else EXIT_TASK_FAILED
+        self._status(f"still {escape(str(status))} after {elapsed}; resume with --resume {self.task_id}")
+        return EXIT_INTERRUPTED if cancelled_here else EXIT_TASK_FAILED
+
+    def _status(self, line: str) -> None:
+        if not self.as_json:
+            self.err.print(line, soft_wrap=True)

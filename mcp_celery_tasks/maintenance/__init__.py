@@ -1,0 +1,1 @@
+"""Beat jobs: collect expired tasks, and sweep jobs that were never published or were lost."""

@@ -1,0 +1,124 @@
+"""``subscriptions/listen`` for task notifications: push instead of polling.
+
+The stream acknowledges the task ids the caller may see, then sends ``notifications/tasks``
+(the full DetailedTask, as tasks/get would return it at that moment) whenever a task changes,
+and ends with the subscription's final result once every task is terminal. Changes come from
+the TaskEvents hub (LISTEN on status transitions, so any API replica sees any worker's
+change) plus its batched re-read for statusMessage updates, which send no NOTIFY: an idle
+stream reads nothing itself. A subscriber holds only the last state it sent per task: memory
+is bounded, and a slow client only slows its own stream (notifications coalesce to the latest
+state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from mcp_celery_tasks.errors import InvalidParams, InvalidRequest
+from mcp_celery_tasks.protocol.rpc import Result, Stream, result_body
+from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.protocol.v2026_07_28 import detailed
+from mcp_celery_tasks.tasks.service import RequestContext
+from mcp_celery_tasks.telemetry import metrics
+from mcp_celery_tasks.wire import ListenParams, dump
+
+__all__ = ["SUBSCRIPTION_ID", "listen"]
+
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+
+
+async def listen(services: Services, ctx: RequestContext, params: ListenParams) -> Result:
+    request_id = ctx.request_id
+    requested = params.notifications.task_ids if params.notifications else None
+    if requested is None:
+        # Only task notifications are offered: agree to nothing (the ack omits taskIds) and
+        # end the subscription at once (SPEC-CHECKLIST Q-21).
+        return Stream(_nothing(services, request_id))
+    ctx.require_tasks()  # SEP-2663: taskIds from a non-declaring client -> -32021
+    limit = services.settings.max_subscription_task_ids
+    if len(requested) > limit:
+        raise InvalidParams(f"At most {limit} taskIds per subscription")
+    open_streams = services.subscriptions.get(ctx.principal, 0)
+    if open_streams >= services.settings.max_subscriptions_per_principal:
+        raise InvalidRequest(
+            f"At most {services.settings.max_subscriptions_per_principal} open subscriptions"
+        )
+    unique = list(dict.fromkeys(requested))
+    # Only ids that exist and belong to the caller are acknowledged (SPEC-CHECKLIST Q-21):
+    # a foreign id is treated exactly like an unknown one.
+    owned = {record.task_id for record in await services.tasks.owned(unique, ctx.principal)}
+    accepted = [task_id for task_id in unique if task_id in owned]
+    return Stream(_counted(services, ctx.principal, _messages(services, ctx.principal, request_id, accepted)))
+
+
+async def _counted(
+    services: Services, principal: str, messages: AsyncIterator[dict[str, Any]]
+) -> AsyncIterator[dict[str, Any]]:
+    services.subscriptions[principal] = services.subscriptions.get(principal, 0) + 1
+    metrics.hub_subscribers.inc()
+    try:
+        async for message in messages:
+            yield message
+    finally:
+        metrics.hub_subscribers.dec()
+        left = services.subscriptions.get(principal, 1) - 1
+        if left:
+            services.subscriptions[principal] = left
+        else:
+            services.subscriptions.pop(principal, None)
+
+
+async def _nothing(services: Services, request_id: Any) -> AsyncIterator[dict[str, Any]]:
+    yield _notification("notifications/subscriptions/acknowledged", request_id, {"notifications": {}})
+    yield _final(services, request_id)
+
+
+def _final(services: Services, request_id: Any) -> dict[str, Any]:
+    """The subscription's own response, last on the stream (with serverInfo, as every result)."""
+    result = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: request_id}}
+    return result_body(request_id, result, services.server_info)
+
+
+def _notification(method: str, request_id: Any, body: dict[str, Any]) -> dict[str, Any]:
+    meta = dict(body.pop("_meta", None) or {})
+    meta[SUBSCRIPTION_ID] = request_id
+    return {"jsonrpc": "2.0", "method": method, "params": {"_meta": meta, **body}}
+
+
+async def _messages(
+    services: Services, principal: str, request_id: Any, task_ids: list[str]
+) -> AsyncIterator[dict[str, Any]]:
+    # The acknowledgement MUST be the first message, listing only what we agreed to.
+    ack = {"notifications": {"taskIds": task_ids}}
+    yield _notification("notifications/subscriptions/acknowledged", request_id, ack)
+    sent: dict[str, tuple[Any, ...]] = {}
+    pending = set(task_ids)
+    changed = asyncio.Event()
+    with contextlib.ExitStack() as watches:
+        for task_id in task_ids:
+            watches.enter_context(services.events.watch_with(task_id, changed))
+            watches.enter_context(services.events.polled(task_id))
+        while pending:
+            changed.clear()
+            records = await services.tasks.owned(pending, principal)
+            pending &= {record.task_id for record in records}  # a task collected meanwhile ends its part
+            for record in records:
+                state = (record.status, record.status_message, record.last_updated_at)
+                if sent.get(record.task_id) == state:
+                    continue
+                sent[record.task_id] = state
+                shown = dump(detailed(await services.tasks.view(record)))
+                shown.pop("resultType", None)  # a notification, not a result
+                yield _notification("notifications/tasks", request_id, shown)
+                if not record.active:
+                    pending.discard(record.task_id)
+            if pending:
+                # No timer of our own: the hub re-reads every subscribed task's state in one batch
+                # per poll (statusMessage sends no NOTIFY), and wakes everyone after a reconnect.
+                # A re-read per stream every few seconds was half of an idle API's CPU with 1 000
+                # subscriptions open (docs/PERFORMANCE.md).
+                await changed.wait()
+    yield _final(services, request_id)

@@ -1,0 +1,76 @@
+"""Progress and log notifications of a synchronous tools/call, from what its job reports.
+
+The job's ``ctx.report(message, progress, total)`` lands on its row (coalesced by the worker)
+and ``ctx.log(...)`` in ``mcp_task_logs`` (only when the caller asked for that level). Neither
+sends a NOTIFY: while a synchronous call relays them, the event hub re-reads its row with every
+other polled task, once per ``poll_s`` for the whole process. Tasks never get these
+notifications (SEP-2663 S-53: "not supported on tasks"; their progress is ``statusMessage``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.store import TaskRecord
+
+__all__ = ["Relay"]
+
+
+def _number(value: float) -> float | int:
+    return int(value) if value.is_integer() else value
+
+
+@dataclass
+class Relay:
+    """What one synchronous call relays, and how far it got."""
+
+    progress_token: str | int | None
+    logs: bool
+    sent_progress: float | None = None
+    sent_logs: int = 0
+
+    @property
+    def wanted(self) -> bool:
+        return self.progress_token is not None or self.logs
+
+    def news(self, record: TaskRecord) -> bool:
+        """Whether the row holds something not relayed yet."""
+        return self._new_progress(record) or (self.logs and record.log_seq > self.sent_logs)
+
+    def _new_progress(self, record: TaskRecord) -> bool:
+        # Progress MUST increase with each notification (basic/utilities/progress).
+        return (
+            self.progress_token is not None
+            and record.progress is not None
+            and (self.sent_progress is None or record.progress > self.sent_progress)
+        )
+
+    async def notifications(self, services: Services, record: TaskRecord) -> list[dict[str, Any]]:
+        """The notifications for what ``record`` holds beyond what was sent (logs first: they
+        were written before the report that follows them)."""
+        messages: list[dict[str, Any]] = []
+        while self.logs and record.log_seq > self.sent_logs:
+            batch = await services.store.logs_after(record.task_id, self.sent_logs)
+            if not batch:
+                break
+            for entry in batch:
+                self.sent_logs = entry.seq
+                params: dict[str, Any] = {"level": entry.level, "data": entry.data}
+                if entry.logger:
+                    params["logger"] = entry.logger
+                messages.append({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
+        if self._new_progress(record):
+            assert record.progress is not None
+            self.sent_progress = record.progress
+            progress: dict[str, Any] = {
+                "progressToken": self.progress_token,
+                "progress": _number(record.progress),
+            }
+            if record.progress_total is not None:
+                progress["total"] = _number(record.progress_total)
+            if record.status_message and record.active:
+                progress["message"] = record.status_message
+            messages.append({"jsonrpc": "2.0", "method": "notifications/progress", "params": progress})
+        return messages

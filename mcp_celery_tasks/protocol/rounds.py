@@ -1,0 +1,73 @@
+"""MRTR rounds of a tools/call (SEP-2322): questions asked before a task exists (``ask_first``),
+and input requests of a synchronous call's job relayed to its caller.
+
+The round's ``requestState`` is sealed (``sealing``) and bound to the principal, the tool and a
+hash of the arguments, so a retry can neither be forged nor replayed for another call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_celery_tasks.errors import MissingCapability
+from mcp_celery_tasks.protocol.sealing import arguments_hash
+from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.tasks.service import RequestContext
+from mcp_celery_tasks.tools.inputs import CAPABILITY_FOR, Elicit, validate_response
+from mcp_celery_tasks.tools.registry import ToolSpec
+from mcp_celery_tasks.wire import InputRequired
+
+__all__ = ["input_required", "open_state", "preflight"]
+
+
+def open_state(
+    services: Services, ctx: RequestContext, spec: ToolSpec, arguments: dict[str, Any], state: str | None
+) -> dict[str, Any] | None:
+    """The payload of a retried round's ``requestState`` (-32602 if it does not open for this
+    principal, tool and arguments, or has expired); None for a first round."""
+    if state is None:
+        return None
+    return services.sealer.open(state, p=ctx.principal, t=spec.name, a=arguments_hash(arguments))
+
+
+def preflight(
+    ctx: RequestContext, questions: dict[str, Elicit], state: dict[str, Any] | None, responses: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(answers collected so far, the questions still to ask as ``inputRequests`` entries).
+
+    Answers of earlier rounds come from the sealed state; this round's are validated against
+    their question. A question of a kind the request did not declare is -32021 (MRTR: never ask
+    for an undeclared kind).
+    """
+    collected: dict[str, Any] = dict((state or {}).get("ans") or {})
+    capabilities = ctx.meta.client_capabilities if ctx.meta else {}
+    for key, question in questions.items():
+        if key in collected:
+            continue
+        if key in responses:
+            collected[key] = validate_response(key, question.method, question.params, responses[key])
+        elif CAPABILITY_FOR[question.method] not in capabilities:
+            needed = CAPABILITY_FOR[question.method]
+            raise MissingCapability(f"The tool asks first and needs the {needed!r} capability", {needed: {}})
+    missing = {
+        key: {"method": question.method, "params": question.params}
+        for key, question in questions.items()
+        if key not in collected
+    }
+    return collected, missing
+
+
+def input_required(
+    services: Services,
+    ctx: RequestContext,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    state: dict[str, Any],
+    requests: dict[str, Any],
+) -> InputRequired:
+    """An ``InputRequiredResult`` whose sealed ``requestState`` carries ``state`` to the retry."""
+    sealed = services.sealer.seal(
+        {**state, "p": ctx.principal, "t": spec.name, "a": arguments_hash(arguments)},
+        services.settings.request_state_ttl_seconds,
+    )
+    return InputRequired(input_requests=requests, request_state=sealed)

@@ -1,0 +1,35 @@
+"""What one API process shares between requests: the bundle every handler receives.
+
+Built once by ``api.compose.running`` and handed to requests as lifespan state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mcp_celery_tasks.protocol.sealing import Sealer
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import ApiStore
+from mcp_celery_tasks.tasks.events import TaskEvents
+from mcp_celery_tasks.tasks.service import Publisher, TaskService
+
+__all__ = ["Services"]
+
+
+@dataclass(frozen=True)
+class Services:
+    """What one API process shares between requests (built by ``api.compose.running``)."""
+
+    settings: Settings
+    tasks: TaskService
+    store: ApiStore
+    events: TaskEvents
+    publisher: Publisher
+    sealer: Sealer
+    server_version: str
+    subscriptions: dict[str, int] = field(default_factory=dict)
+    """Open subscriptions per principal in this process."""
+
+    @property
+    def server_info(self) -> dict[str, str]:
+        return {"name": self.settings.server_name, "version": self.server_version}

@@ -1,0 +1,322 @@
+"""Protocol 2026-07-28 with the tasks extension (SEP-2663): handlers over the task service.
+
+Each handler gets validated params and returns a result model; the one mapping from a task to
+the SEP-2663 wire shapes (``CreateTaskResult``, ``DetailedTask``) is here. A tools/call is a
+task when the request declares the extension and the tool allows it, else it runs synchronously
+(a ``Deferred``: the same row and job, awaited through the event hub). Input on the synchronous
+path, and ``ask_first`` questions before a task exists, travel as MRTR rounds (``mrtr``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pydantic_core
+from mcp_types import CallToolResult, DiscoverResult, ListToolsResult, Tool
+from mcp_types import jsonrpc as codes
+
+from mcp_celery_tasks.errors import InternalError, InvalidParams, MissingCapability, ProtocolError
+from mcp_celery_tasks.lifecycle import COMPLETED, FAILED, INPUT_REQUIRED
+from mcp_celery_tasks.protocol import rounds as mrtr
+from mcp_celery_tasks.protocol.relay import Relay
+from mcp_celery_tasks.protocol.rpc import Deferred, Result, Stream, as_protocol_error, error_body, result_body
+from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.store import TaskRecord
+from mcp_celery_tasks.tasks.service import UNKNOWN_TASK, RequestContext, TaskView
+from mcp_celery_tasks.telemetry import tracing
+from mcp_celery_tasks.tools.inputs import GIVEN_KEY, MAX_GIVEN
+from mcp_celery_tasks.tools.registry import InvalidArguments, ToolSpec, all_tools, get_tool
+from mcp_celery_tasks.tools.results import error_result
+from mcp_celery_tasks.wire import (
+    ALL_VERSIONS,
+    TASKS_EXTENSION,
+    TOOL_MODE_META_KEY,
+    CallToolParams,
+    DetailedTaskResult,
+    EmptyAck,
+    MetaParams,
+    PagedParams,
+    TaskCreated,
+    TaskIdParams,
+    TaskUpdateParams,
+    dump,
+    iso,
+    progress_token,
+)
+
+__all__ = [
+    "StoredError",
+    "call_tool",
+    "cancel_task",
+    "created",
+    "detailed",
+    "discover",
+    "get_task",
+    "list_tools",
+    "update_task",
+]
+
+LISTING_TTL_MS = 60_000
+"""``ttlMs`` of discover and tools/list results (the CacheableResult fields, not a task TTL)."""
+
+
+# ---- the wire shapes of a task ----------------------------------------------------------------
+
+
+def _task_fields(record: TaskRecord) -> dict[str, Any]:
+    """The SEP-2663 ``Task`` fields of a row (``ttlMs`` per DESIGN §3)."""
+    return {
+        "task_id": record.task_id,
+        "status": record.status,
+        "status_message": record.status_message,
+        "created_at": iso(record.created_at),
+        "last_updated_at": iso(record.last_updated_at),
+        "ttl_ms": record.reported_ttl_ms(),
+        "poll_interval_ms": record.poll_interval_ms,
+    }
+
+
+def created(record: TaskRecord) -> TaskCreated:
+    """SEP-2663 ``CreateTaskResult``: never carries result, error or inputRequests."""
+    return TaskCreated(**_task_fields(record))
+
+
+def detailed(view: TaskView) -> DetailedTaskResult:
+    """The DetailedTask: what tasks/get returns and notifications/tasks carries (S-15)."""
+    record = view.record
+    task = DetailedTaskResult(**_task_fields(record))
+    if record.status == COMPLETED:
+        task.result = record.result or {"content": [], "isError": False}
+    elif record.status == FAILED:
+        task.error = record.error or {"code": codes.INTERNAL_ERROR, "message": "The task failed"}
+    elif record.status == INPUT_REQUIRED:
+        task.input_requests = view.input_requests
+    return task
+
+
+class StoredError(ProtocolError):
+    """A task's recorded JSON-RPC error, answered as a synchronous call's error."""
+
+    http_status = 200
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(str(error.get("message", "")), error.get("data"))
+        self.code = int(error.get("code", codes.INTERNAL_ERROR))
+
+
+# ---- server/discover, tools/list --------------------------------------------------------------
+
+
+async def discover(services: Services, ctx: RequestContext, params: MetaParams) -> Result:
+    return DiscoverResult.model_validate(
+        {
+            "supportedVersions": list(ALL_VERSIONS),
+            "capabilities": {"tools": {}, "logging": {}, "extensions": {TASKS_EXTENSION: {}}},
+            "instructions": (
+                "Long-running tools run as tasks: declare the io.modelcontextprotocol/tasks extension "
+                "and poll tasks/get. Tools that require it answer -32021 otherwise."
+            ),
+            "ttlMs": LISTING_TTL_MS,
+            "cacheScope": "public",
+        }
+    )
+
+
+def _tool(spec: ToolSpec) -> Tool:
+    return Tool(
+        name=spec.name,
+        description=spec.description,
+        input_schema=spec.input_schema,
+        meta={TOOL_MODE_META_KEY: spec.mode},
+    )
+
+
+async def list_tools(services: Services, ctx: RequestContext, params: PagedParams) -> Result:
+    if params.cursor is not None:
+        raise InvalidParams("Invalid cursor: the tool list has one page")
+    return ListToolsResult(
+        tools=[_tool(spec) for spec in all_tools()], ttl_ms=LISTING_TTL_MS, cache_scope="public"
+    )
+
+
+# ---- tools/call ---------------------------------------------------------------------------------
+
+
+async def call_tool(services: Services, ctx: RequestContext, params: CallToolParams) -> Result:
+    with tracing.tracer.start_as_current_span("tools/call") as span:
+        span.set_attribute("mcp.tool", params.name)
+        return await _call_tool(services, ctx, params)
+
+
+def resolve_call(services: Services, params: CallToolParams) -> tuple[ToolSpec, dict[str, Any]]:
+    """The tool and its validated, storable arguments (-32602 for an unknown tool, arguments that
+    are too large or do not fit the schema)."""
+    spec = get_tool(params.name)
+    if spec is None:
+        raise InvalidParams(f"Unknown tool: {params.name}")
+    limit = services.settings.max_arguments_bytes
+    if params.arguments and len(pydantic_core.to_json(params.arguments)) > limit:
+        raise InvalidParams(f"arguments are larger than {limit} bytes")
+    return spec, spec.validate_arguments(params.arguments or {})
+
+
+async def _call_tool(services: Services, ctx: RequestContext, params: CallToolParams) -> Result:
+    try:
+        spec, arguments = resolve_call(services, params)
+    except InvalidArguments as exc:
+        return CallToolResult.model_validate(error_result(exc.message))  # the model can correct it
+    tasked = ctx.declares_tasks
+    if spec.mode == "required" and not tasked:
+        # SEP-2663: a server that cannot answer without a task MUST say -32021 (HTTP 400).
+        raise MissingCapability()
+    responses = params.input_responses or {}
+    state = mrtr.open_state(services, ctx, spec, arguments, params.request_state)
+    if state is not None and state.get("k") == "task":
+        # The retry of a synchronous call whose job asked for input (MRTR): feed that task.
+        record = await services.tasks.get(state["task"], ctx.principal)
+        await services.tasks.answer(record, responses)
+        return Deferred(lambda: _await_sync(services, ctx, spec, arguments, record.task_id))
+    preflight = None
+    questions = spec.questions_first(arguments)
+    if questions:
+        collected, missing = mrtr.preflight(ctx, questions, state, responses)
+        if missing:
+            # SEP-2663 S-13: MRTR rounds finish before the task exists (no taskId yet).
+            return mrtr.input_required(
+                services, ctx, spec, arguments, {"k": "pre", "ans": collected}, missing
+            )
+        preflight = collected
+    if state is None and responses:
+        # SEP-2322: answers sent before anything was asked; the job uses those that fit the
+        # questions it asks under the same keys (unknown keys are ignored).
+        offered = {k: v for k, v in list(responses.items())[:MAX_GIVEN] if isinstance(v, dict)}
+        if offered:
+            preflight = {**(preflight or {}), GIVEN_KEY: offered}
+    as_task = tasked and spec.mode != "forbidden"
+    relay = Relay(progress_token(params.meta.model_extra if params.meta else None), False)
+    if not as_task and ctx.accepts_sse:
+        # Logs only when this request asked for them (absent: MUST NOT send, 2026-07-28).
+        relay.logs = ctx.meta is not None and ctx.meta.log_level is not None
+    else:
+        relay = Relay(None, False)  # a task: statusMessage only (S-53); JSON: nowhere to send
+    log_level = ctx.meta.log_level if relay.logs and ctx.meta is not None else None
+    record = await services.tasks.create(
+        ctx, spec, arguments, as_task=as_task, preflight=preflight, log_level=log_level
+    )
+    if as_task:
+        return created(record)
+    if relay.wanted:
+        return Stream(_relayed(services, ctx, spec, arguments, record.task_id, relay))
+    return Deferred(lambda: _await_sync(services, ctx, spec, arguments, record.task_id))
+
+
+async def _relayed(
+    services: Services,
+    ctx: RequestContext,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    task_id: str,
+    relay: Relay,
+) -> AsyncIterator[dict[str, Any]]:
+    """A synchronous call on an SSE stream: the job's progress and logs, then its outcome."""
+    tasks = services.tasks
+    deadline = tasks.sync_deadline()
+    settled = False
+    try:
+        while True:
+            view = await tasks.wait_for_outcome(
+                task_id, ctx.principal, relay_inputs=True, news=relay.news, deadline=deadline
+            )
+            if view is not None:
+                for message in await relay.notifications(services, view.record):
+                    yield message
+            if view is None or not view.record.active or view.inputs:
+                break
+            if asyncio.get_running_loop().time() >= deadline:
+                break
+        settled = True
+    finally:
+        if not settled:
+            # The caller closed its stream: its task must not run on for nobody.
+            await asyncio.shield(tasks.cancel(task_id, ctx.principal, "the caller went away"))
+    try:
+        result = await _outcome(services, ctx, spec, arguments, task_id, view)
+    except Exception as exc:
+        yield error_body(ctx.request_id, as_protocol_error(exc))
+    else:
+        yield result_body(ctx.request_id, result, services.server_info)
+
+
+async def _await_sync(
+    services: Services, ctx: RequestContext, spec: ToolSpec, arguments: dict[str, Any], task_id: str
+) -> dict[str, Any]:
+    """Wait for a synchronous call's job; an input request it makes goes back as an MRTR round."""
+    tasks = services.tasks
+    async with tasks.cancelled_if_abandoned(task_id, ctx.principal):
+        view = await tasks.wait_for_outcome(task_id, ctx.principal, relay_inputs=True)
+    return await _outcome(services, ctx, spec, arguments, task_id, view)
+
+
+async def _outcome(
+    services: Services,
+    ctx: RequestContext,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    task_id: str,
+    view: TaskView | None,
+) -> dict[str, Any]:
+    """A synchronous call's answer from where its task stands: its result, an MRTR round for
+    its input request, or an error."""
+    tasks = services.tasks
+    if view is None:
+        raise InternalError("the task disappeared before it finished")
+    record = view.record
+    if record.status == INPUT_REQUIRED and view.inputs:
+        state = {"k": "task", "task": task_id}
+        return dump(mrtr.input_required(services, ctx, spec, arguments, state, view.input_requests))
+    if record.active:
+        await tasks.cancel(task_id, ctx.principal, "max_sync_wait exceeded")
+        raise ProtocolError(
+            f"The tool did not finish within {services.settings.max_sync_wait_seconds:.0f} s; "
+            "call it as a task (declare the io.modelcontextprotocol/tasks extension) instead"
+        )
+    error = record.error or {}
+    if record.status == COMPLETED and error.get("code") == codes.MISSING_REQUIRED_CLIENT_CAPABILITY:
+        # The job asked for an input kind this request did not declare: -32021, as before a
+        # task exists (SEP-2322 MRTR; the error names what is missing).
+        raise MissingCapability(str(error.get("message", "")), _required(error))
+    if record.status == COMPLETED and record.result is not None:
+        return record.result
+    if record.status == FAILED and record.error is not None:
+        raise StoredError(record.error)
+    raise ProtocolError("The tool call was cancelled")
+
+
+def _required(error: dict[str, Any]) -> dict[str, Any] | None:
+    data = error.get("data")
+    needed = data.get("requiredCapabilities") if isinstance(data, dict) else None
+    return needed if isinstance(needed, dict) else None
+
+
+# ---- tasks/get, tasks/update, tasks/cancel ------------------------------------------------------
+
+
+async def get_task(services: Services, ctx: RequestContext, params: TaskIdParams) -> Result:
+    record = await services.tasks.get(params.task_id, ctx.principal)
+    return detailed(await services.tasks.view(record))
+
+
+async def update_task(services: Services, ctx: RequestContext, params: TaskUpdateParams) -> Result:
+    record = await services.tasks.get(params.task_id, ctx.principal)
+    await services.tasks.answer(record, params.input_responses)
+    return EmptyAck()
+
+
+async def cancel_task(services: Services, ctx: RequestContext, params: TaskIdParams) -> Result:
+    outcome = await services.tasks.cancel(params.task_id, ctx.principal)
+    if not outcome.found:
+        raise InvalidParams(UNKNOWN_TASK)
+    # An ack, also for a task that was already terminal (conformance: idempotent ack).
+    return EmptyAck()

@@ -1,0 +1,287 @@
+"""The task service: create, view, wait for, answer and cancel tasks, once for every protocol era.
+
+The 2026-07-28 and 2025-11-25 modules (``modern``, ``legacy``) and ``push`` are adapters over it:
+each maps a task to its own wire shape, and nothing else. No HTTP and no Celery here: jobs reach
+the broker through a ``Publisher`` (the API's publisher thread), and changes arrive through the
+``TaskEvents`` hub (LISTEN/NOTIFY plus a light re-read), so a waiter never polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Callable, Collection
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from mcp_celery_tasks.errors import InvalidParams, MissingCapability
+from mcp_celery_tasks.lifecycle import INPUT_REQUIRED, WORKING
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import ApiStore, CancelOutcome, InputRecord, NewTask, TaskRecord
+from mcp_celery_tasks.tasks.events import TaskEvents
+from mcp_celery_tasks.tasks.quotas import Quotas
+from mcp_celery_tasks.telemetry import metrics, tracing
+from mcp_celery_tasks.tools.inputs import validate_response
+from mcp_celery_tasks.tools.registry import ToolSpec
+from mcp_celery_tasks.wire import RequestMeta, declares_tasks
+
+__all__ = [
+    "UNKNOWN_TASK",
+    "Publisher",
+    "RequestContext",
+    "TaskService",
+    "TaskView",
+    "new_task_id",
+]
+
+UNKNOWN_TASK = "Failed to retrieve task: Task not found"
+"""The one answer for unknown and foreign tasks alike, so a task's existence never leaks."""
+
+
+class Publisher(Protocol):
+    """The broker operations of the API (one thread, never on the event loop)."""
+
+    def publish_job(self, job_id: str, queue_name: str, headers: dict[str, str] | None = None) -> None: ...
+    def wake(self, inbox: str, task_id: str) -> None: ...
+    def revoke(self, job_id: str) -> None: ...
+    def check_broker(self) -> concurrent.futures.Future[bool]: ...
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """Who asks, with which per-request envelope (2026-07-28 ``_meta``, or what a 2025-11-25
+    session declared at initialize), and the JSON-RPC id of the request."""
+
+    principal: str
+    meta: RequestMeta | None
+    request_id: Any = None
+    session_id: str | None = None
+    accepts_sse: bool = True
+    """The client accepts an SSE response (2025-11-25 calls relay input requests on it)."""
+
+    @property
+    def declares_tasks(self) -> bool:
+        return self.meta is not None and declares_tasks(self.meta.client_capabilities)
+
+    def require_tasks(self) -> None:
+        """SEP-2663: tasks/* (and taskIds on a subscription) from a non-declaring request -> -32021."""
+        if not self.declares_tasks:
+            raise MissingCapability()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """A task as every protocol shows it: the row, plus its outstanding input requests (only
+    loaded while it is ``input_required``)."""
+
+    record: TaskRecord
+    inputs: tuple[InputRecord, ...] = ()
+
+    @property
+    def input_requests(self) -> dict[str, dict[str, Any]]:
+        """``inputRequests``: key -> ``{method, params}`` (``roots/list`` may have no params)."""
+        return {item.key: _input_entry(item) for item in self.inputs}
+
+
+def _input_entry(item: InputRecord) -> dict[str, Any]:
+    return {"method": item.method, **({"params": item.params} if item.params is not None else {})}
+
+
+def new_task_id() -> str:
+    """192 bits from ``secrets``, URL-safe (never of the ``=?base64?`` form: no ``=`` or ``?``)."""
+    return secrets.token_urlsafe(24)
+
+
+class TaskService:
+    """Every operation on tasks the API performs, whatever the protocol era."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: ApiStore,
+        events: TaskEvents,
+        publisher: Publisher,
+        default_queue: str,
+        quotas: Quotas | None = None,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._events = events
+        self._publisher = publisher
+        self._default_queue = default_queue
+        self.quotas = quotas if quotas is not None else Quotas(settings, store)
+
+    # ---- create and read -------------------------------------------------------------------
+
+    async def create(
+        self,
+        ctx: RequestContext,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        *,
+        as_task: bool,
+        preflight: dict[str, Any] | None = None,
+        retention_ms: int | None = None,
+        log_level: str | None = None,
+    ) -> TaskRecord:
+        """Commit the task row, then hand its job to the publisher. The principal's quotas
+        (creations per second, active tasks) may refuse it first (``QuotaExceeded``)."""
+        settings = self._settings
+        limits = await self.quotas.limits(ctx.principal)
+        self.quotas.take_create(ctx.principal, limits)
+        if retention_ms is None:
+            retention_ms = (
+                int(spec.retention_seconds * 1000) if spec.retention_seconds else settings.retention_ms
+            )
+        assert ctx.meta is not None
+        record = await self._store.create_task(
+            NewTask(
+                task_id=new_task_id(),
+                job_id=str(uuid.uuid4()),
+                owner=ctx.principal,
+                tool_name=spec.name,
+                arguments=arguments,
+                queue=spec.queue or self._default_queue,
+                ttl_ms=retention_ms,
+                retention_ms=min(retention_ms, settings.max_retention_ms),
+                poll_interval_ms=spec.poll_interval_ms or settings.poll_interval_ms,
+                max_attempts=spec.max_attempts or settings.max_attempts,
+                protocol_version=ctx.meta.protocol_version,
+                client_capabilities=ctx.meta.client_capabilities,
+                client_info=ctx.meta.client_info,
+                preflight=preflight,
+                session_id=ctx.session_id,
+                log_level=None if as_task else log_level,  # never logs on a task (S-53)
+            ),
+            max_active=limits.max_active_tasks or None,
+        )
+        if record is None:
+            raise self.quotas.active_exceeded(limits)
+        # The row is committed (autocommit): a tasks/get for this id resolves from here on
+        # (SEP-2663 S-12). Publishing happens off the loop; the sweeper covers a crash here.
+        self._publisher.publish_job(record.job_id, record.queue, tracing.inject())
+        metrics.tasks_created.labels(spec.name, "task" if as_task else "sync").inc()
+        return record
+
+    async def get(self, task_id: str, principal: str) -> TaskRecord:
+        """The principal's task; -32602 for unknown and foreign tasks alike."""
+        record = await self._store.get_task(task_id, principal)
+        if record is None:
+            raise InvalidParams(UNKNOWN_TASK)
+        if record.status == WORKING and record.dispatched_at is None:
+            return await self._placed(record)
+        return record
+
+    async def _placed(self, record: TaskRecord) -> TaskRecord:
+        """A task still in the fair backlog says its place in line: ``queued: 12 ahead`` (an
+        estimate, ``store.backlog.QUEUE_POSITION``; SEP-2663 lets statusMessage describe any
+        status). Read only for such tasks, so tasks/get stays one read for all others."""
+        position = await self._store.queue_position(record.task_id)
+        if position is None:
+            return record  # published meanwhile
+        ahead, capped = position
+        return dataclasses.replace(record, status_message=f"queued: {ahead}{'+' if capped else ''} ahead")
+
+    async def view(self, record: TaskRecord) -> TaskView:
+        if record.status != INPUT_REQUIRED:
+            return TaskView(record)
+        return TaskView(record, tuple(await self._store.outstanding_inputs(record.task_id)))
+
+    async def owned(self, task_ids: Collection[str], principal: str) -> list[TaskRecord]:
+        """The principal's tasks among ``task_ids`` (others are left out), oldest change first."""
+        records = [r for r in await self._store.get_tasks(list(task_ids)) if r.owner == principal]
+        return sorted(records, key=lambda r: r.last_updated_at)
+
+    # ---- answer and cancel ------------------------------------------------------------------
+
+    async def answer(self, record: TaskRecord, responses: dict[str, Any]) -> None:
+        """Record answers to outstanding keys and wake the waiting worker. Keys that are not
+        outstanding are ignored (S-31); one invalid answer records none (-32602)."""
+        if record.status != INPUT_REQUIRED:
+            return
+        outstanding = {item.key: item for item in await self._store.outstanding_inputs(record.task_id)}
+        answers = {
+            key: validate_response(key, item.method, item.params, response)
+            for key, response in responses.items()
+            if (item := outstanding.get(key)) is not None
+        }
+        if answers:
+            outcome = await self._store.record_answers(record.task_id, answers)
+            if outcome.answered and outcome.inbox:
+                self._publisher.wake(outcome.inbox, record.task_id)
+
+    async def cancel(self, task_id: str, principal: str, message: str | None = None) -> CancelOutcome:
+        """The status turns cancelled at once (the spec allows it; the worker's late result is
+        dropped by its guarded write); a worker blocked on input is woken, and the job revoked
+        (without terminate: a queued job then never starts; a running one notices the row)."""
+        outcome = await self._store.request_cancel(task_id, principal, message or "cancelled by the client")
+        if outcome.cancelled_now and outcome.job_id:
+            metrics.cancels_requested.labels(outcome.tool or "unknown").inc()
+            if outcome.wake_inbox:
+                self._publisher.wake(outcome.wake_inbox, task_id)
+            self._publisher.revoke(outcome.job_id)
+        return outcome
+
+    # ---- waiting ------------------------------------------------------------------------------
+
+    async def wait(
+        self, task_id: str, principal: str, wait_s: float, until: Callable[[TaskRecord], bool]
+    ) -> TaskRecord | None:
+        """The row once ``until(row)`` holds, or the last one read when ``wait_s`` runs out."""
+        return await self._events.wait_for(task_id, principal, wait_s, until=until)
+
+    def sync_deadline(self) -> float:
+        """When a synchronous call that starts now stops waiting (loop time)."""
+        return asyncio.get_running_loop().time() + self._settings.max_sync_wait_seconds
+
+    async def wait_for_outcome(
+        self,
+        task_id: str,
+        principal: str,
+        *,
+        relay_inputs: bool,
+        known: Collection[str] = (),
+        news: Callable[[TaskRecord], bool] | None = None,
+        deadline: float | None = None,
+    ) -> TaskView | None:
+        """The one wait of a synchronous call: until the task ends or, when the caller can relay
+        input requests (``relay_inputs``), until it asks for one not in ``known``, or until
+        ``news(row)`` (progress or logs to relay: the row is then re-read every ``poll_s``).
+        Returns the view (still active at the ``deadline``, by default ``max_sync_wait_seconds``
+        from now, or with news), None if the task is gone."""
+        loop = asyncio.get_running_loop()
+        if deadline is None:
+            deadline = self.sync_deadline()
+        seen: object = None
+
+        def settled(row: TaskRecord) -> bool:
+            asks = relay_inputs and row.status == INPUT_REQUIRED and row.last_updated_at != seen
+            return not row.active or asks or (news is not None and news(row))
+
+        while True:
+            left = deadline - loop.time()
+            with self._events.polled(task_id) if news is not None else contextlib.nullcontext():
+                record = await self._events.wait_for(task_id, principal, max(0.0, left), until=settled)
+            if record is None:
+                return None
+            view = await self.view(record)
+            if not record.active or left <= 0 or (news is not None and news(record)):
+                return view
+            if record.status == INPUT_REQUIRED:
+                if any(item.key not in known for item in view.inputs):
+                    return view
+                seen = record.last_updated_at  # nothing new to relay: wait for the next change
+
+    @contextlib.asynccontextmanager
+    async def cancelled_if_abandoned(self, task_id: str, principal: str) -> AsyncIterator[None]:
+        """A synchronous caller that goes away (its stream closed) takes its task with it: no
+        job runs on for nobody."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            await asyncio.shield(self.cancel(task_id, principal, "the caller went away"))
+            raise

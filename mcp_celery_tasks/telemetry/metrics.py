@@ -1,0 +1,87 @@
+"""Prometheus metrics (the home of ``prometheus_client``).
+
+The API exposes its registry at ``/metrics``. Workers are prefork: their children write to
+``PROMETHEUS_MULTIPROC_DIR`` and the worker's main process serves the merged view on
+``MCP_TASKS_WORKER_METRICS_PORT``. Labels are tool names, queues, methods and outcomes:
+never task ids or principals (task ids are bearer-like handles, and both are unbounded).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client import multiprocess as _multiprocess
+
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "render",
+    "serve_worker_metrics",
+]
+
+logger = logging.getLogger("mcp_celery_tasks.metrics")
+
+_LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_DURATION = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
+
+rpc_requests = Counter(
+    "mcp_rpc_requests", "JSON-RPC requests by method and result code (0 = success)", ["method", "code"]
+)
+rpc_seconds = Histogram("mcp_rpc_seconds", "JSON-RPC request latency", ["method"], buckets=_LATENCY)
+tasks_created = Counter("mcp_tasks_created", "Tasks created by tool and how they run", ["tool", "mode"])
+cancels_requested = Counter(
+    "mcp_cancels_requested", "tasks/cancel calls that cancelled an active task", ["tool"]
+)
+hub_subscribers = Gauge("mcp_hub_subscribers", "Open subscriptions/listen streams")
+breaker_open = Gauge("mcp_publisher_breaker_open", "1 while the publisher's circuit breaker is open")
+
+tasks_finished = Counter("mcp_tasks_finished", "Jobs that ended, by tool and outcome", ["tool", "outcome"])
+cancels_effective = Counter(
+    "mcp_cancels_effective", "Jobs that stopped because their task was cancelled", ["tool"]
+)
+task_run_seconds = Histogram("mcp_task_run_seconds", "Tool run time", ["tool", "queue"], buckets=_DURATION)
+task_pickup_seconds = Histogram(
+    "mcp_task_pickup_seconds", "Time from creation to the first claim", ["tool", "queue"], buckets=_DURATION
+)
+inputs_waiting = Gauge(
+    "mcp_inputs_waiting", "Jobs blocked waiting for input", ["tool"], multiprocess_mode="livesum"
+)
+input_wait_seconds = Histogram(
+    "mcp_input_wait_seconds", "Time a job waited for input", ["tool"], buckets=_DURATION
+)
+gc_deleted = Counter("mcp_gc_deleted", "Expired tasks deleted by the collector")
+gc_last_run = Gauge(
+    "mcp_gc_last_run_timestamp_seconds", "When the collector last ran", multiprocess_mode="max"
+)
+sweeper_republished = Counter("mcp_sweeper_republished", "Jobs the sweeper published again")
+forced_stops = Counter(
+    "mcp_forced_stops",
+    "Jobs whose process was killed (cancel grace, time or memory limit)",
+    ["tool", "reason"],
+)
+
+
+def render() -> bytes:
+    """The API process's metrics in the Prometheus text format."""
+    return generate_latest(REGISTRY)
+
+
+def serve_worker_metrics(port: int) -> None:
+    """Serve the merged metrics of a prefork worker's children (multiprocess mode)."""
+    registry = CollectorRegistry()
+    _multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    addr = "0.0.0.0" if os.environ.get("MCP_TASKS_METRICS_PUBLIC") else "127.0.0.1"
+    try:
+        start_http_server(port, addr=addr, registry=registry)
+    except OSError:
+        logger.warning("cannot serve worker metrics on port %d (in use?)", port, exc_info=True)

@@ -1,0 +1,288 @@
+"""The ``@tool`` decorator and the specs it records: schema, task mode, queue, timings.
+
+The API imports tool modules to learn names, schemas and modes; only workers call the
+functions. Arguments are validated against the schema before any row is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import os
+import sys
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from mcp_celery_tasks.errors import InvalidParams
+from mcp_celery_tasks.tools.context import TaskContext
+from mcp_celery_tasks.tools.inputs import Elicit
+
+__all__ = [
+    "AskFirst",
+    "InvalidArguments",
+    "Mode",
+    "ToolModuleError",
+    "ToolSpec",
+    "all_tools",
+    "get_tool",
+    "load_tool_modules",
+    "tool",
+]
+
+Mode = Literal["forbidden", "optional", "required"]
+"""How a tool runs: ``forbidden`` never as a task (the call waits for the job), ``optional``
+as a task when the request declares the tasks extension, ``required`` only as a task
+(non-declaring clients get -32021)."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+AskFirst = Elicit | Callable[[dict[str, Any]], Elicit | None]
+"""A pre-task question, or a function of the call's arguments that returns one (or None)."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """Everything the server and the workers know about one tool."""
+
+    name: str
+    description: str | None
+    fn: Callable[..., Any]
+    arguments_model: type[BaseModel]
+    context_param: str | None
+    mode: Mode
+    queue: str | None
+    retention_seconds: float | None
+    poll_interval_ms: int | None
+    max_attempts: int | None
+    input_timeout: float | None = None
+    ask_first: dict[str, AskFirst] = field(default_factory=dict)
+    input_schema: dict[str, Any] = field(default_factory=dict)
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
+    memory_limit_mb: int | None = None
+
+    def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validate against the input schema; return the JSON-ready arguments to store.
+
+        Raises ``InvalidArguments`` naming each problem (an unknown name lists the valid ones).
+        """
+        try:
+            model = self.arguments_model.model_validate(arguments)
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors(include_url=False):
+                where = ".".join(str(p) for p in err["loc"]) or "arguments"
+                if err["type"] == "extra_forbidden":
+                    valid = ", ".join(self.input_schema.get("properties", {})) or "none"
+                    problems.append(f"unknown argument {where!r} (this tool takes: {valid})")
+                else:
+                    problems.append(f"{where}: {err['msg']}")
+            raise InvalidArguments(
+                f"Invalid arguments for tool {self.name!r}: {'; '.join(problems)}"
+            ) from exc
+        return model.model_dump(mode="json", by_alias=True)
+
+    def questions_first(self, arguments: dict[str, Any]) -> dict[str, Elicit]:
+        """The ``ask_first`` questions that apply to these (validated) arguments."""
+        questions: dict[str, Elicit] = {}
+        for key, entry in self.ask_first.items():
+            question = entry if isinstance(entry, Elicit) else entry(arguments)
+            if question is not None:
+                questions[key] = question
+        return questions
+
+    def call_kwargs(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Python values for the stored arguments (re-validated in the worker)."""
+        model = self.arguments_model.model_validate(arguments)
+        fields = type(model).model_fields
+        return {str(field.alias): getattr(model, attr) for attr, field in fields.items()}
+
+
+_REGISTRY: dict[str, ToolSpec] = {}
+
+
+def _build(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], str | None]:
+    # include_extras: Annotated[float, Field(le=…)] keeps its bounds (else they vanish silently).
+    hints = typing.get_type_hints(fn, include_extras=True)
+    fields: dict[str, Any] = {}
+    context_param = None
+    for index, param in enumerate(inspect.signature(fn).parameters.values()):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {name!r}: *args and **kwargs are not supported")
+        annotation = hints.get(param.name, Any)
+        if annotation is TaskContext:
+            context_param = param.name
+            continue
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        # Internal field names are neutral so that any parameter name works (``_token``,
+        # ``schema``, ``model_config`` would otherwise clash with pydantic); the alias is
+        # the name clients see.
+        fields[f"p{index}"] = (annotation, Field(default, alias=param.name))
+    model = create_model(
+        f"{name}_arguments",
+        # Unknown argument names are refused: a typo must not silently run with the default.
+        __config__=ConfigDict(extra="forbid", populate_by_name=False, serialize_by_alias=True),
+        **fields,
+    )
+    return model, context_param
+
+
+@overload
+def tool(fn: F, /) -> F: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mode: Mode = "optional",
+    queue: str | None = None,
+    retention_seconds: float | None = None,
+    poll_interval_ms: int | None = None,
+    max_attempts: int | None = None,
+    input_timeout: float | None = None,
+    ask_first: dict[str, AskFirst] | None = None,
+    time_limit: float | None = None,
+    soft_time_limit: float | None = None,
+    memory_limit_mb: int | None = None,
+    schema_extra: dict[str, Any] | None = None,
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    mode: Mode = "optional",
+    queue: str | None = None,
+    retention_seconds: float | None = None,
+    poll_interval_ms: int | None = None,
+    max_attempts: int | None = None,
+    input_timeout: float | None = None,
+    ask_first: dict[str, AskFirst] | None = None,
+    time_limit: float | None = None,
+    soft_time_limit: float | None = None,
+    memory_limit_mb: int | None = None,
+    schema_extra: dict[str, Any] | None = None,
+) -> F | Callable[[F], F]:
+    """Register a function as an MCP tool that runs as a Celery job.
+
+    The input schema comes from the type hints; a parameter annotated ``TaskContext``
+    receives the context (code without one calls ``get_current_context()``). ``fn`` may be an
+    existing Celery task: ``tool(resize_images)`` exposes it without rewriting it. ``queue``
+    routes the job (e.g. ``"gpu"``); ``retention_seconds`` is how long a finished task stays
+    readable; ``input_timeout`` how long the tool waits for an
+    answer to an input request; ``ask_first`` questions are asked before the task exists (no
+    worker slot is held while a human thinks) and their answers land in ``ctx.preflight`` (a
+    question may be a function of the validated arguments returning an ``Elicit`` or None);
+    unset values come from Settings. ``time_limit`` (seconds of running, input waits not
+    counted), ``soft_time_limit`` (``SoftTimeLimitExceeded`` raised in the tool first) and
+    ``memory_limit_mb`` bound one run; past a hard limit the process is killed and the call ends
+    with ``isError`` (prefork workers). ``schema_extra`` adds JSON Schema keywords to the
+    advertised input schema (``$schema``, ``$defs``, ``allOf``, ``if``/``then``/``else``, or a
+    property's ``x-mcp-header``: each of its ``properties`` replaces the generated one); the signature
+    still validates the arguments, so keep the two consistent.
+    """
+
+    def register(target: F) -> F:
+        func = _function_of(target)
+        tool_name = name or func.__name__
+        if tool_name in _REGISTRY and _REGISTRY[tool_name].fn is not func:
+            raise ValueError(f"a tool named {tool_name!r} is already registered")
+        model, context_param = _build(func, tool_name)
+        schema = model.model_json_schema(by_alias=True)
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            if isinstance(prop, dict):
+                prop.pop("title", None)
+        if schema_extra:
+            extra = dict(schema_extra)
+            properties = {**schema.get("properties", {})}
+            properties.update(extra.pop("properties", None) or {})
+            schema.update(extra)
+            if properties:
+                schema["properties"] = properties
+        doc = inspect.getdoc(func)
+        _REGISTRY[tool_name] = ToolSpec(
+            name=tool_name,
+            description=description or (doc.split("\n\n")[0] if doc else None),
+            fn=func,
+            arguments_model=model,
+            context_param=context_param,
+            mode=mode,
+            queue=queue,
+            retention_seconds=retention_seconds,
+            poll_interval_ms=poll_interval_ms,
+            max_attempts=max_attempts,
+            input_timeout=input_timeout,
+            ask_first=dict(ask_first or {}),
+            input_schema=schema,
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
+            memory_limit_mb=memory_limit_mb,
+        )
+        return target
+
+    if fn is not None:
+        return register(fn)
+    return register
+
+
+def _function_of(target: Callable[..., Any]) -> Callable[..., Any]:
+    """The function behind ``target``: an existing Celery task (``@app.task``) becomes a tool
+    through its ``run`` function, so its type hints give the schema; the task itself is returned
+    unchanged and ``.delay()`` keeps working. As a tool it runs inside MCP's own job (lease,
+    cancel, inputs), and ``get_current_context()`` gives it the task context."""
+    run = getattr(target, "run", None)
+    if callable(run) and callable(getattr(target, "apply_async", None)):
+        return run  # type: ignore[no-any-return]
+    return target
+
+
+def get_tool(name: str) -> ToolSpec | None:
+    return _REGISTRY.get(name)
+
+
+def all_tools() -> list[ToolSpec]:
+    """Every tool, in registration order."""
+    return list(_REGISTRY.values())
+
+
+class InvalidArguments(InvalidParams):
+    """Arguments that do not fit the tool's input schema. Answered as a tool execution error
+    (``isError: true``) the model can correct, not a protocol error (MCP tools: "Tool Execution
+    Errors" include invalid input)."""
+
+
+class ToolModuleError(Exception):
+    """A configured tool module could not be imported (the message says which and why)."""
+
+
+def load_tool_modules(modules: Iterable[str]) -> None:
+    """Import the modules whose ``@tool`` functions make up the server.
+
+    The current directory is searched too (as ``celery -A`` does), so a project's own modules
+    load when the command runs from the project's root.
+    """
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise ToolModuleError(f"cannot import the tool module {module!r}: {exc}") from exc
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(cwd)

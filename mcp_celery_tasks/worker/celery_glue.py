@@ -1,0 +1,241 @@
+"""Celery glue for the worker side: ``install`` adds MCP's tasks to a Celery app.
+
+``run_tool(job_id)`` is a thin Celery task around ``runner.JobRunner`` (which holds everything
+that is not Celery); the beat jobs call ``gc``. Here too: the worker signals (a store forgets
+its connection after the fork, tools load before it, metrics are served by the main process),
+the per-process inbox factory, and the start-up check of input timeouts against the broker's
+redelivery limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from billiard.common import TERM_SIGNAL
+from celery import Celery, signals
+from celery.concurrency.prefork import TaskPool as PreforkPool
+from celery.worker import state as worker_state
+
+from mcp_celery_tasks.broker import channel
+from mcp_celery_tasks.broker.celery_app import (
+    COLLECT_GARBAGE,
+    RUN_TOOL,
+    SWEEP,
+    beat_schedule,
+    load_installed_tools,
+)
+from mcp_celery_tasks.broker.channel import Inbox
+from mcp_celery_tasks.broker.profiles import profile_for
+from mcp_celery_tasks.maintenance import gc
+from mcp_celery_tasks.settings import Settings, get_settings
+from mcp_celery_tasks.store import WorkerStore
+from mcp_celery_tasks.telemetry import metrics, tracing
+from mcp_celery_tasks.tools.registry import all_tools
+from mcp_celery_tasks.worker.child import catch_stop_signal, die_as_told, soft_limit_signal, stop_requested
+from mcp_celery_tasks.worker.observe import Telemetry
+from mcp_celery_tasks.worker.runner import JobRunner
+from mcp_celery_tasks.worker.watchdog import RunningJob, Watchdog
+
+__all__ = ["check_input_timeouts", "inbox_factory", "install"]
+
+logger = logging.getLogger("mcp_celery_tasks.worker")
+
+
+def inbox_factory(app: Celery) -> Callable[[], Inbox]:
+    """The inbox of the calling worker process, made on first use (after the fork): one queue
+    per process, ``mcp.inbox.<host>.<pid>``, with constant arguments."""
+    inboxes: dict[int, Inbox] = {}
+
+    def inbox() -> Inbox:
+        pid = os.getpid()
+        if pid not in inboxes:
+            inboxes.clear()  # the parent's, inherited through the fork
+            inboxes[pid] = Inbox(app, f"mcp.inbox.{socket.gethostname()}.{pid}")
+        return inboxes[pid]
+
+    return inbox
+
+
+_stores: list[WorkerStore] = []
+
+
+@signals.worker_process_init.connect
+def _after_fork(**_: Any) -> None:
+    # Celery resets its own pools in the child; a psycopg connection inherited from the
+    # parent must be neither used nor closed by the child.
+    for store in _stores:
+        store.forget_after_fork()
+    # The main process's watchdog signals a job past its soft time limit (SIGUSR2: billiard keeps
+    # SIGUSR1 for Celery's own soft time limits).
+    signal.signal(signal.SIGUSR2, soft_limit_signal)
+
+
+def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: str) -> threading.Thread:
+    """The watchdog thread of a prefork worker's main process (see ``watchdog``).
+
+    A forced stop goes through Celery's own remote control (revoke with terminate, to this node
+    only), so the consumer's thread kills the child, acknowledges the message and lets the pool
+    replace the process; nothing here touches the consumer's connection.
+    """
+
+    def terminate(job_id: str) -> None:
+        app.control.revoke(job_id, terminate=True, signal="SIGKILL", destination=[node])
+
+    def signal_soft_limit(pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR2)
+
+    dog = Watchdog(store, settings, terminate=terminate, signal_soft_limit=signal_soft_limit)
+
+    def loop() -> None:
+        while True:
+            time.sleep(settings.watchdog_interval_seconds)
+            try:
+                dog.tick(_running_jobs())
+            except Exception:
+                logger.exception("watchdog tick failed")  # the next tick tries again
+
+    thread = threading.Thread(target=loop, name="mcp-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
+def _running_jobs() -> list[RunningJob]:
+    """The ``run_tool`` jobs this worker's pool children are running now."""
+    for _ in range(5):
+        try:
+            requests = list(worker_state.active_requests)
+        except RuntimeError:  # the consumer thread changed the set meanwhile
+            continue
+        return [
+            RunningJob(str(req.id), int(req.worker_pid))
+            for req in requests
+            if req.name == RUN_TOOL and req.worker_pid
+        ]
+    return []
+
+
+def install(
+    app: Celery,
+    settings: Settings | None = None,
+    *,
+    tools: Sequence[str] | None = None,
+    load_tools: bool = True,
+) -> WorkerStore:
+    """Make ``app`` run MCP jobs: add ``run_tool`` and the beat jobs, and load the tools.
+
+    ``app`` may be a team's own Celery app: its broker, serializer, routes, queues and signals
+    stay as they are, and its own ``celery -A proj worker`` then runs MCP jobs beside its other
+    tasks (the API publishes through the same app with ``MCP_TASKS_CELERY_APP``). ``tools`` are
+    the tool modules (default: ``MCP_TASKS_TOOL_MODULES``). Calling it twice changes nothing.
+    """
+    installed: WorkerStore | None = getattr(app, "_mcp_store", None)
+    if installed is not None:
+        return installed
+    settings = settings or get_settings()
+    store = WorkerStore(settings)
+    app._mcp_store = store  # type: ignore[attr-defined]
+    _stores.append(store)
+    tracing.configure(settings, "mcp-celery-tasks-worker")
+    runner = JobRunner(store, settings, inbox_factory(app), observer=Telemetry())
+    main_pid = os.getpid()  # a threads or solo pool runs jobs here: no per-job signal to catch
+
+    @signals.worker_ready.connect(weak=False)
+    def _watch(sender: Any = None, **_: Any) -> None:
+        # A prefork worker's main process watches its children; a threads pool has no process
+        # to stop, and its jobs keep their leases from their own process.
+        if getattr(sender, "app", None) is app and isinstance(getattr(sender, "pool", None), PreforkPool):
+            start_watchdog(app, store, settings, sender.hostname)
+
+    if settings.worker_metrics_port:
+        port = settings.worker_metrics_port
+
+        @signals.worker_ready.connect(weak=False)
+        def _serve_metrics(**_: Any) -> None:
+            metrics.serve_worker_metrics(port)
+
+    @app.task(
+        name=RUN_TOOL,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+        max_retries=None,
+    )
+    def run_tool(self: Any, job_id: str) -> None:
+        # A cold shutdown (a deploy) ends by sending each pool child the pool's termination signal
+        # (SIGTERM; SIGQUIT under REMAP_SIGTERM=SIGQUIT): the running job is given back first (not
+        # an attempt), then billiard's own handler ends the child. Installed here, not at fork:
+        # billiard sets its handlers after the child's initializers.
+        if os.getpid() != main_pid:
+            catch_stop_signal(TERM_SIGNAL)
+        try:
+            outcome = runner.run(job_id, dict(self.request.headers or {}))
+        except Exception:
+            if stop_requested():
+                die_as_told()
+            # A bug or an outage outside tool code: never a tool result. Retry later; the
+            # claim's attempt cap turns a job that keeps failing into a failed task.
+            logger.exception("job %s could not be run; retrying", job_id)
+            raise self.retry(countdown=5.0, max_retries=None) from None
+        if outcome.status == "stopping" or stop_requested():
+            # Given back: the message must not be acknowledged (the broker redelivers it).
+            die_as_told()
+        if outcome.retry_in is not None:
+            raise self.retry(countdown=outcome.retry_in, max_retries=None)
+
+    @app.task(name=COLLECT_GARBAGE, ignore_result=True)
+    def collect_garbage() -> int:
+        return gc.collect_garbage(store)
+
+    @app.task(name=SWEEP, ignore_result=True)
+    def sweep() -> int:
+        return gc.sweep(
+            store,
+            lambda job_id, queue: channel.publish_job(app, job_id, queue),
+            settings,
+            queue_depth=lambda queue: channel.queue_depth(app, queue),
+        )
+
+    app.conf.beat_schedule = {**(app.conf.beat_schedule or {}), **beat_schedule(settings)}
+    # The tool modules load when a worker or the API starts, not now: a project's tool module
+    # usually imports its tasks module, which imports this app (and its install call).
+    modules = list(settings.tool_modules if tools is None else tools) if load_tools else []
+    app._mcp_tool_modules = modules  # type: ignore[attr-defined]
+
+    @signals.worker_init.connect(weak=False)
+    def _before_start(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            load_installed_tools(app)  # before the pool forks: children inherit them
+            check_input_timeouts(app, settings)
+
+    return store
+
+
+def check_input_timeouts(app: Celery, settings: Settings) -> None:
+    """Refuse to start when a tool may wait for input longer than the broker keeps a job.
+
+    The broker is the app's own (``app.conf``: a team may bring its app); its profile knows the
+    limit (RabbitMQ ``consumer_timeout``, Redis ``visibility_timeout`` when kombu's ack emulation
+    is on; none when it is off, our default).
+    """
+    profile = profile_for(app.conf.broker_url)
+    limit = profile.redelivery_limit(app.conf.broker_transport_options or {}, settings)
+    if limit is None:
+        return
+    for spec in all_tools():
+        waits = spec.input_timeout or settings.input_timeout_seconds
+        if waits >= limit.seconds:
+            raise SystemExit(
+                f"tool {spec.name!r} may wait {waits:.0f} s for input, but the {limit.name} is "
+                f"{limit.seconds:.0f} s: "
+                "lower the input timeout or raise the broker's limit (and its MCP_TASKS_ setting)"
+            )

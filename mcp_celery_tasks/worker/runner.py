@@ -1,0 +1,393 @@
+"""Running one job: claim, lease, run, record. No Celery here.
+
+``worker.run_tool`` hands the runner a job id; the runner answers what should happen to the
+Celery message (done, or retry in N seconds). Each step is a small method and ``JobRunner.run``
+is their sequence; metrics, the job log and spans belong to the observer (``observe``), called
+at the step boundaries. Postgres is reached only through the ``JobStore`` methods, so the unit
+tests run the runner on an in-memory store.
+
+**What an attempt is.** ``attempts`` (capped by ``max_attempts``) counts runs that ended in the
+tool's own failure or in its process dying. A run the worker *gives back* is not one: the worker
+is being stopped (a deploy's cold shutdown sends the pool child SIGTERM: ``WorkerStopping``), or
+the database or broker failed under the job. Giving back is one guarded write by the worker
+that holds the lease (``give_back``): the claim's increment is undone, ``redeliveries`` goes up
+(capped separately by ``max_redeliveries``) and the lease is freed for the next worker. A
+process that dies without that write (SIGKILL, the OOM killer, a segfault) is a crash and its
+attempt stays counted: only a live process can say it stopped cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
+
+from mcp_types import jsonrpc as codes
+
+from mcp_celery_tasks.errors import (
+    TASKS_EXTENSION,
+    InfrastructureError,
+    McpError,
+    TaskCancelled,
+    ToolError,
+    WorkerStopping,
+)
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store.records import ClaimedTask
+from mcp_celery_tasks.tools.context import TaskContext, bind
+from mcp_celery_tasks.tools.registry import ToolSpec, get_tool
+from mcp_celery_tasks.tools.results import error_result, to_call_tool_result
+from mcp_celery_tasks.transient import OutageTooLong, ride_out
+from mcp_celery_tasks.worker.child import in_job, running_tool, worker_identity
+from mcp_celery_tasks.worker.leases import LeaseKeeper
+from mcp_celery_tasks.worker.observe import SILENT, JobObserver
+from mcp_celery_tasks.worker.outcomes import (
+    CANCELLED,
+    MAX_DETAIL_CHARS,
+    RETRY,
+    STOPPING,
+    SUPERSEDED,
+    JobOutcome,
+    Outcome,
+    missing_capability,
+    tool_error_kind,
+)
+from mcp_celery_tasks.worker.runtime import InboxWaiter, Runtime, RuntimeStore
+
+__all__ = ["JobOutcome", "JobRunner", "JobStore", "Outcome", "worker_identity"]
+
+logger = logging.getLogger("mcp_celery_tasks.runner")
+
+
+class JobStore(RuntimeStore, Protocol):
+    """The store calls of a job's claim and outcome (``WorkerStore`` in production)."""
+
+    def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None: ...
+
+    def job_state(self, job_id: str) -> dict[str, Any] | None: ...
+
+    def fail_exhausted(self, job_id: str, error: dict[str, Any], message: str, kind: str = ...) -> bool: ...
+
+    def give_back(self, task_id: str, worker: str) -> bool: ...
+
+    def finish(
+        self,
+        task_id: str,
+        worker: str,
+        status: str,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        message: str | None = None,
+        error_kind: str | None = None,
+        error_message: str | None = None,
+    ) -> bool: ...
+
+    def mark_stopped(self, task_id: str, worker: str) -> None: ...
+
+
+class JobRunner:
+    """Runs one job to an outcome written on its row."""
+
+    RECORD_RETRY_DELAY_S = 0.5
+    """The first pause of the outcome write's retry loop; it doubles up to five seconds."""
+    GIVE_BACK_BUDGET_S = 3.0
+    """How long a stopping process tries to give its job back (it is being killed meanwhile)."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        settings: Settings,
+        inbox: Callable[[], InboxWaiter],
+        *,
+        observer: JobObserver = SILENT,
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._inbox = inbox
+        self._observer = observer
+        self._leases = LeaseKeeper(settings.lease_seconds)
+
+    def run(self, job_id: str, headers: Mapping[str, Any] | None = None) -> JobOutcome:
+        """Claim the job, run its tool under a lease, record the outcome (the lease is kept
+        until the outcome is written: a finished result is never left for another run)."""
+        with in_job():
+            return self._run_job(job_id, headers)
+
+    def _run_job(self, job_id: str, headers: Mapping[str, Any] | None) -> JobOutcome:
+        with self._observer.job(job_id, headers):
+            me = worker_identity()
+            job = self._claim(job_id, me)
+            if isinstance(job, JobOutcome):
+                return job
+            spec = get_tool(job.tool_name)
+            if spec is None:
+                return self._refuse(job, me, f"Tool {job.tool_name!r} is not available on this worker")
+            runtime = self._runtime(job, me)
+            started = time.monotonic()
+            with self._leased(runtime):
+                outcome = self._run(spec, job, runtime)
+                elapsed = time.monotonic() - started
+                if outcome.status in (RETRY.status, STOPPING.status):
+                    return self._give_back(job, me, outcome)
+                self._observer.on_ran(job, elapsed)
+                recorded = self._record(job, me, runtime, outcome)
+            self._observer.on_finished(job, me, recorded.label, elapsed)
+            return JobOutcome(recorded.status)
+
+    # ---- claim -----------------------------------------------------------------------------------
+
+    def _claim(self, job_id: str, me: str) -> ClaimedTask | JobOutcome:
+        """Take the job with one guarded update; a job not taken ends in what to do instead."""
+        try:
+            with self._observer.step("claim"):
+                job = self._store.claim(job_id, me, self._settings.lease_seconds)
+        except InfrastructureError:
+            logger.warning("could not claim job %s; retrying", job_id, exc_info=True)
+            return JobOutcome("infrastructure", retry_in=2.0)
+        if job is None:
+            return self._not_claimed(job_id)
+        self._observer.on_claimed(job)
+        return job
+
+    def _not_claimed(self, job_id: str) -> JobOutcome:
+        state = self._store.job_state(job_id)
+        if state is None or state["status"] not in ("working", "input_required"):
+            return JobOutcome("skipped")  # deleted, finished or cancelled: nothing to run
+        if state["lease_left_s"] and state["lease_left_s"] > 0:
+            # Someone alive holds it (a duplicate delivery): come back when the lease would end.
+            return JobOutcome("deferred", retry_in=float(state["lease_left_s"]) + 1.0)
+        if state["attempts"] >= state["max_attempts"]:
+            attempts = state["attempts"]
+            message = f"The job was started {attempts} times without finishing; giving up"
+            self._store.fail_exhausted(job_id, {"code": codes.INTERNAL_ERROR, "message": message}, message)
+            return JobOutcome("failed")
+        if state.get("redeliveries", 0) >= self._settings.max_redeliveries:
+            times = state["redeliveries"]
+            message = (
+                f"The job was handed back {times} times (worker restarts or infrastructure outages) "
+                "without finishing; giving up"
+            )
+            error = {"code": codes.INTERNAL_ERROR, "message": message}
+            self._store.fail_exhausted(job_id, error, message, "redeliveries_exhausted")
+            return JobOutcome("failed")
+        return JobOutcome("skipped")
+
+    def _refuse(self, job: ClaimedTask, me: str, message: str) -> JobOutcome:
+        """Fail a claimed job this worker cannot run (its tool is not loaded here)."""
+        self._finish_with_retries(
+            job, me, Outcome("failed", error={"code": codes.INTERNAL_ERROR, "message": message})
+        )
+        return JobOutcome("failed")
+
+    # ---- lease -----------------------------------------------------------------------------------
+
+    def _runtime(self, job: ClaimedTask, me: str) -> Runtime:
+        return Runtime(
+            self._store,
+            task_id=job.task_id,
+            job_id=job.job_id,
+            tool_name=job.tool_name,
+            worker=me,
+            inbox=self._inbox,
+            report_interval_s=self._settings.report_min_interval_seconds,
+            check_interval_s=self._settings.cancel_check_interval_seconds,
+            max_status_chars=self._settings.max_status_message_chars,
+            observer=self._observer,
+            soft_limit_s=self._soft_limit(job),
+            outage_budget_s=self._settings.outage_budget_seconds,
+        )
+
+    def _soft_limit(self, job: ClaimedTask) -> float | None:
+        spec = get_tool(job.tool_name)
+        return (spec.soft_time_limit if spec else None) or self._settings.tool_soft_time_limit_seconds
+
+    @contextlib.contextmanager
+    def _leased(self, runtime: Runtime) -> Iterator[None]:
+        """The process's lease thread keeps the claim's lease (and flushes reports) meanwhile."""
+        self._leases.watch(runtime)
+        try:
+            yield
+        finally:
+            self._leases.release(runtime)
+
+    # ---- run -------------------------------------------------------------------------------------
+
+    def _run(self, spec: ToolSpec, job: ClaimedTask, runtime: Runtime) -> Outcome:
+        """Call the tool and map what it returned or raised to an outcome.
+
+        One of the two places allowed ``except Exception``: tool code is not ours. A cancel is
+        a ``BaseException`` and is caught by name, before anything broad.
+        """
+        ctx = self._context(spec, job, runtime)
+        try:
+            with bind(ctx), running_tool(runtime):
+                value = _call(spec, ctx, job.arguments)
+            return Outcome("completed", result=self._bounded(to_call_tool_result(value)))
+        except _TooLarge as exc:
+            return Outcome(
+                "completed", result=error_result(str(exc)), kind="result_too_large", detail=str(exc)
+            )
+        except TaskCancelled:
+            return CANCELLED
+        except WorkerStopping:
+            return STOPPING
+        except ToolError as exc:
+            said = str(exc) or type(exc).__name__
+            return Outcome(
+                "completed",
+                result=error_result(said),
+                error=missing_capability(exc),
+                kind=tool_error_kind(exc),
+                detail=said,
+            )
+        except McpError as exc:
+            return Outcome(
+                "failed", error=exc.to_error(), message=exc.message, kind="mcp_error", detail=exc.message
+            )
+        except OutageTooLong as exc:
+            budget = self._settings.outage_budget_seconds
+            message = f"The task's database or broker stayed unreachable past the {budget:g} s outage budget"
+            logger.error("job %s: %s (%s)", job.job_id, message, exc)
+            return Outcome(
+                "failed",
+                error={"code": codes.INTERNAL_ERROR, "message": message},
+                message=message,
+                kind="infrastructure",
+                detail=str(exc)[:MAX_DETAIL_CHARS],
+            )
+        except InfrastructureError:
+            logger.warning(
+                "job %s hit an infrastructure error; it will be retried", job.job_id, exc_info=True
+            )
+            return RETRY
+        except Exception as exc:
+            logger.exception("tool %s raised in job %s", spec.name, job.job_id)
+            return Outcome(
+                "completed",
+                result=error_result(
+                    f"The tool {spec.name!r} failed with an unexpected error. "
+                    f"Ask the operator to look up job {job.job_id} in the worker log."
+                ),
+                kind="crash",
+                detail=f"{type(exc).__name__}: {exc}"[:MAX_DETAIL_CHARS],
+            )
+
+    def _context(self, spec: ToolSpec, job: ClaimedTask, runtime: Runtime) -> TaskContext:
+        waits = spec.input_timeout or self._settings.input_timeout_seconds
+        extensions = job.client_capabilities.get("extensions") or {}
+        if TASKS_EXTENSION not in extensions:
+            # A synchronous call asks through MRTR: if the client does not retry soon, it left.
+            waits = min(waits, self._settings.sync_input_timeout_seconds)
+        return TaskContext(
+            task_id=job.task_id,
+            job_id=job.job_id,
+            tool_name=job.tool_name,
+            attempt=job.attempts,
+            preflight=job.preflight,
+            runtime=runtime,
+            client_capabilities=job.client_capabilities,
+            strict_capabilities=self._settings.strict_input_capabilities,
+            input_timeout_s=waits,
+            max_outstanding_inputs=self._settings.max_outstanding_inputs,
+            sleep_slice_s=self._settings.cancel_check_interval_seconds,
+            log_level=job.log_level,
+        )
+
+    def _bounded(self, result: dict[str, Any]) -> dict[str, Any]:
+        size = len(json.dumps(result, separators=(",", ":")))
+        if size > self._settings.max_result_bytes:
+            limit = self._settings.max_result_bytes
+            raise _TooLarge(f"The tool's result is {size} bytes, more than the server's limit of {limit}")
+        return result
+
+    def _give_back(self, job: ClaimedTask, me: str, outcome: Outcome) -> JobOutcome:
+        """An outage under the tool, or the process being stopped, is not a result: give the job
+        back (its attempt uncounted, a redelivery counted instead) for another run. Stopping,
+        the process dies next and the broker redelivers the message; after an outage, retry
+        with backoff."""
+        budget = self.GIVE_BACK_BUDGET_S if outcome is STOPPING else self._settings.outage_budget_seconds
+        try:
+            given = ride_out(
+                lambda: self._store.give_back(job.task_id, me), budget_s=budget, what="giving the job back"
+            )
+        except InfrastructureError:
+            # Not written: the lease runs out by itself and the run counts as a crash.
+            logger.warning("could not give job %s back", job.job_id, exc_info=True)
+            given = False
+        if given:
+            logger.info("job %s given back (%s)", job.job_id, outcome.status)
+        if outcome is STOPPING:
+            return JobOutcome("stopping")
+        return JobOutcome("infrastructure", retry_in=min(60.0, 2.0 ** min(job.attempts, 6)))
+
+    # ---- record ----------------------------------------------------------------------------------
+
+    def _record(self, job: ClaimedTask, me: str, runtime: Runtime, outcome: Outcome) -> Outcome:
+        """Write the outcome, fenced by ``worker = me``; returns the outcome as recorded."""
+        with contextlib.suppress(InfrastructureError):
+            runtime.flush()  # the last status message lands before the outcome
+        if outcome.status == CANCELLED.status:
+            self._mark_stopped(job, me)  # the row is cancelled already; say the job stopped
+            return outcome
+        with self._observer.step("record outcome", {"mcp.outcome": outcome.status}):
+            recorded = self._finish_with_retries(job, me, outcome)
+        if not recorded:
+            # The row moved on under us (cancelled, or our lease was lost): drop the result.
+            self._mark_stopped(job, me)
+            return SUPERSEDED
+        return outcome
+
+    def _finish_with_retries(self, job: ClaimedTask, me: str, outcome: Outcome) -> bool:
+        """Record the outcome, riding out a database failover: the work is done and must not be
+        redone, so keep trying for ``finish_retry_seconds`` (the fence makes a late write safe)."""
+        deadline = time.monotonic() + self._settings.finish_retry_seconds
+        delay = self.RECORD_RETRY_DELAY_S
+        while True:
+            try:
+                return self._store.finish(
+                    job.task_id,
+                    me,
+                    outcome.status,
+                    result=outcome.result,
+                    error=outcome.error,
+                    message=outcome.message,
+                    error_kind=outcome.kind,
+                    error_message=outcome.detail,
+                )
+            except InfrastructureError:
+                if time.monotonic() + delay > deadline:
+                    raise
+                logger.warning("could not record the outcome of job %s; retrying", job.job_id)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _mark_stopped(self, job: ClaimedTask, me: str) -> None:
+        try:
+            self._store.mark_stopped(job.task_id, me)
+        except InfrastructureError:
+            # finished_at only tells admins the job stopped; the outcome itself is on the row.
+            logger.warning("could not mark job %s stopped", job.job_id, exc_info=True)
+
+
+class _TooLarge(Exception):
+    """The tool's result is over ``max_result_bytes``."""
+
+
+def _call(spec: ToolSpec, ctx: TaskContext, arguments: dict[str, Any]) -> Any:
+    kwargs = spec.call_kwargs(arguments)
+    if spec.context_param:
+        kwargs[spec.context_param] = ctx
+    value = spec.fn(**kwargs)
+    if inspect.isawaitable(value):
+        value = asyncio.run(_await(value))
+    return value
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable

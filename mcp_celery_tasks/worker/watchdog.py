@@ -1,0 +1,226 @@
+"""The watchdog: guarantees that do not depend on tool code behaving. No Celery here.
+
+It runs in a prefork worker's main process, outside every job's interpreter, and each tick
+(``watchdog_interval_seconds``) looks at the jobs the pool children run:
+
+- **Leases.** It renews the lease of every job whose child process lives (a child that holds the
+  GIL in a C regex, sleeps in a C call or never touches ``ctx`` keeps its lease), and never the
+  lease of a stopped child (SIGSTOP, a paused VM): that one may be failed over, and when it wakes
+  it finds the row taken and is stopped instead of finishing.
+- **Hard stop.** A job whose task was cancelled (by its client or an admin) and that has not
+  returned ``cancel_grace_seconds`` later has its process killed; the pool replaces it, the
+  task stays ``cancelled``, and the message is acknowledged.
+- **Limits per tool.** Past its hard time limit (time waiting for input not counted) or its
+  memory limit (the child's RSS), a job ends ``completed`` with ``isError`` saying which limit,
+  and its process is killed. Past its soft time limit the child is signalled once, so the tool
+  gets ``SoftTimeLimitExceeded`` (a ``ToolError``) to clean up.
+
+Every forced stop is a metric (``mcp_forced_stops``), a ``task.forced_stop`` log event with the
+job id, and a ``stop_reason`` on the row that admins see.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.telemetry import metrics
+from mcp_celery_tasks.tools.registry import get_tool
+from mcp_celery_tasks.tools.results import error_result
+
+__all__ = ["RunningJob", "WatchStore", "Watchdog", "holder_of", "process_state", "rss_bytes"]
+
+logger = logging.getLogger("mcp_celery_tasks.worker")
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_STOPPED = frozenset("Tt")
+_GONE = frozenset("ZXx")
+
+
+class WatchStore(Protocol):
+    """The store calls of the watchdog (``WorkerStore`` in production)."""
+
+    def watch_jobs(self, jobs: Sequence[dict[str, Any]], lease_s: float) -> dict[str, dict[str, Any]]:
+        """Renew the leases the ``renew`` entries' children hold; every entry's row, keyed by
+        ``"<job_id> <holder>"`` (``ours``: the row's worker is that child)."""
+        ...
+
+    def force_finish(
+        self, task_id: str, holder: str, *, result: dict[str, Any], kind: str, message: str, reason: str
+    ) -> bool: ...
+
+    def force_stopped(self, task_id: str, holder: str, reason: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A ``run_tool`` job a pool child is running, as the main process sees it."""
+
+    job_id: str
+    pid: int
+
+
+@dataclass(slots=True)
+class _Track:
+    pid: int
+    run_s: float = 0.0
+    last_seen: float = field(default_factory=time.monotonic)
+    seen_ours: bool = False
+    soft_sent: bool = False
+    stopping: bool = False
+
+
+def holder_of(pid: int, hostname: str | None = None) -> str:
+    """The prefix of the worker identity of the child ``pid`` (``runner.worker_identity``)."""
+    return f"{hostname or socket.gethostname()}:{pid}:"
+
+
+def process_state(pid: int) -> str | None:
+    """The kernel's state letter of ``pid`` (R, S, D, T, Z …); None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            raw = stat.read()
+    except OSError:
+        return None
+    # "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ')'.
+    return raw[raw.rindex(b")") + 2 : raw.rindex(b")") + 3].decode()
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class Watchdog:
+    """One per prefork worker main process; ``tick`` is called every ``watchdog_interval``."""
+
+    def __init__(
+        self,
+        store: WatchStore,
+        settings: Settings,
+        *,
+        terminate: Callable[[str], None],
+        signal_soft_limit: Callable[[int], None],
+        hostname: str | None = None,
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._terminate = terminate
+        self._signal_soft_limit = signal_soft_limit
+        self._hostname = hostname or socket.gethostname()
+        self._tracks: dict[RunningJob, _Track] = {}
+
+    def tick(self, running: Sequence[RunningJob]) -> None:
+        now = time.monotonic()
+        states = {job: process_state(job.pid) for job in running}
+        live = [job for job in running if states[job] is not None and states[job] not in _GONE]
+        # One track per (job, child): a duplicate delivery of a running job is another entry.
+        self._tracks = {job: self._tracks.get(job) or _Track(job.pid, last_seen=now) for job in live}
+        if not live:
+            return
+        request = [
+            {"job_id": job.job_id, "holder": holder_of(job.pid, self._hostname),
+             "renew": states[job] not in _STOPPED}
+            for job in live
+        ]  # fmt: skip
+        try:
+            rows = self._store.watch_jobs(request, self._settings.lease_seconds)
+        except InfrastructureError:
+            logger.warning("watchdog: the database is unreachable; leases renew when it returns")
+            return
+        for job in live:
+            row = rows.get(f"{job.job_id} {holder_of(job.pid, self._hostname)}")
+            if row is not None and states[job] not in _STOPPED:
+                self._look_at(job, row, self._tracks[job], now)
+
+    def _look_at(self, job: RunningJob, row: dict[str, Any], track: _Track, now: float) -> None:
+        elapsed, track.last_seen = now - track.last_seen, now
+        active = row["status"] in ("working", "input_required")
+        if row["ours"] and active:
+            track.seen_ours = True
+            if row["status"] == "working":
+                track.run_s += elapsed  # waiting for input does not count against the time limit
+            self._check_limits(job, row, track)
+        elif row["ours"] and not row["finished"] and row["cancelled_for_s"] is not None:
+            if row["cancelled_for_s"] >= self._settings.cancel_grace_seconds and not track.stopping:
+                grace = self._settings.cancel_grace_seconds
+                reason = f"did not stop within {grace:g} s of the cancel; its process was terminated"
+                self._stop(job, row, track, "cancel", reason, write=lambda: self._store.force_stopped(
+                    row["task_id"], holder_of(job.pid, self._hostname), reason))  # fmt: skip
+        elif not row["ours"] and not row.get("released") and track.seen_ours and not track.stopping:
+            # (A released row was given back by the child itself: it is stopping on its own.)
+            # The row moved to another worker while this child still runs the job (it was frozen,
+            # or cut off from the database past its lease): it must not finish it too.
+            self._stop(job, row, track, "lease_lost", "its lease was taken over by another worker")
+
+    def _check_limits(self, job: RunningJob, row: dict[str, Any], track: _Track) -> None:
+        spec = get_tool(row["tool_name"])
+        settings = self._settings
+        hard = (spec.time_limit if spec else None) or settings.tool_time_limit_seconds
+        soft = (spec.soft_time_limit if spec else None) or settings.tool_soft_time_limit_seconds
+        memory_mb = (spec.memory_limit_mb if spec else None) or settings.tool_memory_limit_mb
+        tool = row["tool_name"]
+        if memory_mb and not track.stopping:
+            used = rss_bytes(job.pid)
+            if used > memory_mb * 2**20:
+                message = (
+                    f"The tool {tool!r} exceeded its memory limit of {memory_mb} MiB "
+                    f"({used / 2**20:.0f} MiB); it was stopped"
+                )
+                self._force(job, row, track, "memory_limit", message)
+                return
+        if hard and track.run_s > hard and not track.stopping:
+            message = f"The tool {tool!r} exceeded its time limit of {hard:g} s; it was stopped"
+            self._force(job, row, track, "time_limit", message)
+            return
+        if soft and track.run_s > soft and not track.soft_sent:
+            track.soft_sent = True
+            self._signal_soft_limit(job.pid)
+
+    def _force(self, job: RunningJob, row: dict[str, Any], track: _Track, kind: str, message: str) -> None:
+        """End the task with a tool error naming the limit, then stop the process."""
+        holder = holder_of(job.pid, self._hostname)
+
+        def write() -> bool:
+            return self._store.force_finish(
+                row["task_id"], holder, result=error_result(message), kind=kind, message=message, reason=kind
+            )
+
+        self._stop(job, row, track, kind, message, write=write)
+
+    def _stop(
+        self,
+        job: RunningJob,
+        row: dict[str, Any],
+        track: _Track,
+        kind: str,
+        reason: str,
+        *,
+        write: Callable[[], bool] | None = None,
+    ) -> None:
+        if write is not None:
+            try:
+                write()
+            except InfrastructureError:
+                logger.warning("watchdog: could not record why job %s is stopped; next tick", job.job_id)
+                return
+        track.stopping = True
+        metrics.forced_stops.labels(row["tool_name"], kind).inc()
+        logger.warning(
+            "job %s stopped by force: %s",
+            job.job_id,
+            reason,
+            extra={"event": "task.forced_stop", "job_id": job.job_id, "tool": row["tool_name"],
+                   "reason": kind, "detail": reason},
+        )  # fmt: skip
+        self._terminate(job.job_id)
