@@ -79,9 +79,12 @@ class WireModel(BaseModel):
 
 
 class RequestMeta(BaseModel):
-    """The per-request ``_meta`` envelope every 2026-07-28 request carries."""
+    """The per-request ``_meta`` envelope every 2026-07-28 request carries.
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    Read by its wire keys only: a client's own ``log_level`` or ``protocol_version`` key is an
+    unknown ``_meta`` entry like any other, never one of these fields."""
+
+    model_config = ConfigDict(extra="allow")
 
     protocol_version: str = Field(alias=PROTOCOL_VERSION_META_KEY)
     client_capabilities: dict[str, Any] = Field(alias=CLIENT_CAPABILITIES_META_KEY)

@@ -203,7 +203,7 @@ class FairPublisher:
     def _batch(self) -> Iterator[None]:
         """One producer for a queue's release, its publishes in one kombu batch (Redis: one
         pipelined round trip for all the LPUSHes; RabbitMQ publishes each at once)."""
-        with self._app.producer_or_acquire() as producer, producer.batch():
+        with self._app.producer_or_acquire() as producer, channel.batched(producer):
             self._producer = producer
             try:
                 yield
