@@ -68,7 +68,7 @@ def rabbitmq_reachable() -> bool:
 
 def admin_execute(sql: str) -> None:
     with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
-        conn.execute(sql)  # type: ignore[arg-type]
+        conn.execute(sql)
 
 
 def create_database(name: str, template: str | None = None) -> str:
