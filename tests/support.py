@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -88,8 +88,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "") -> Any:
-    """Poll ``predicate`` until it returns something truthy, under a deadline."""
+T = TypeVar("T")
+
+
+def wait_until(
+    predicate: Callable[[], T | Literal[False] | None], timeout: float, interval: float = 0.05, what: str = ""
+) -> T:
+    """Poll ``predicate`` until it returns something truthy (that value), under a deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -215,7 +220,7 @@ class Client:
             task = self.get(task_id).result
             return task if task["status"] in statuses else None
 
-        return wait_until(seen, timeout, interval=0.05, what=f"task status in {statuses}")  # type: ignore[no-any-return]
+        return wait_until(seen, timeout, interval=0.05, what=f"task status in {statuses}")
 
 
 # ---- the stack: API + worker subprocesses ------------------------------------------------------

@@ -407,7 +407,7 @@ def wait_for_question(endpoint: Endpoint, task_id: str) -> str:
         requests = task.get("inputRequests") or {}
         return next(iter(requests)) if task["status"] == "input_required" and len(requests) == 1 else None
 
-    return wait_until(asking, 30, what="the task to ask its question")  # type: ignore[no-any-return]
+    return wait_until(asking, 30, what="the task to ask its question")
 
 
 def start_confirm_delete(endpoint: Endpoint, filename: str) -> tuple[str, str]:

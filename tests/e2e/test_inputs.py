@@ -105,7 +105,7 @@ class Tasks:
             requests = task.get("inputRequests") or {}
             return task if task["status"] == "input_required" and len(requests) == count else None
 
-        return wait_until(asking, timeout, what=f"{count} outstanding input request(s)")  # type: ignore[no-any-return]
+        return wait_until(asking, timeout, what=f"{count} outstanding input request(s)")
 
     def only_key(self, task_id: str) -> str:
         requests = self.wait_inputs(task_id)["inputRequests"]

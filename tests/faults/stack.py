@@ -436,7 +436,7 @@ def wait_all_terminal(stack: FaultStack, timeout: float) -> dict[str, dict[str, 
         return rows if all(r["status"] in support.TERMINAL for r in rows.values()) else None
 
     try:
-        return support.wait_until(settled, timeout, 0.2, what="every task to end")  # type: ignore[no-any-return]
+        return support.wait_until(settled, timeout, 0.2, what="every task to end")
     except AssertionError:
         stuck = {t: (r["status"], r["attempts"], r["dispatched_at"], r["lease_until"])
                  for t, r in stack.rows().items() if r["status"] not in support.TERMINAL}  # fmt: skip
