@@ -117,23 +117,27 @@ class Reply:
     @property
     def result(self) -> dict[str, Any]:
         assert "result" in self.body, f"expected a result, got {self.body} (HTTP {self.status})"
-        return self.body["result"]  # type: ignore[no-any-return]
+        result: dict[str, Any] = self.body["result"]
+        return result
 
     @property
     def error(self) -> dict[str, Any]:
         assert "error" in self.body, f"expected an error, got {self.body} (HTTP {self.status})"
-        return self.body["error"]  # type: ignore[no-any-return]
+        error: dict[str, Any] = self.body["error"]
+        return error
 
 
 def parse_body(response: httpx.Response) -> dict[str, Any]:
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         for line in response.text.splitlines():
             if line.startswith("data:"):
-                return httpx.Response(200, content=line[5:].strip()).json()  # type: ignore[no-any-return]
+                event: dict[str, Any] = httpx.Response(200, content=line[5:].strip()).json()
+                return event
         return {}
     if not response.content:
         return {}
-    return response.json()  # type: ignore[no-any-return]
+    body: dict[str, Any] = response.json()
+    return body
 
 
 def meta(extension: bool = True, **capabilities: Any) -> dict[str, Any]:

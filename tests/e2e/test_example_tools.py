@@ -35,7 +35,8 @@ def call(client: Client, name: str, arguments: dict[str, Any], **extra: Any) -> 
 def structured(task: dict[str, Any]) -> dict[str, Any]:
     assert task["status"] == "completed", task
     assert task["result"]["isError"] is False, task["result"]
-    return task["result"]["structuredContent"]  # type: ignore[no-any-return]
+    content: dict[str, Any] = task["result"]["structuredContent"]
+    return content
 
 
 def tool_error(task: dict[str, Any]) -> str:

@@ -172,7 +172,8 @@ def check(response: httpx.Response, sent: Any) -> dict[str, Any] | None:
         assert reply["id"] == sent_id and type(reply["id"]) is type(sent_id), (sent_id, reply["id"])
     else:
         assert reply["id"] is None or reply["id"] == sent_id, (sent_id, reply["id"])
-    return reply  # type: ignore[no-any-return]
+    parsed: dict[str, Any] = reply
+    return parsed
 
 
 def assert_error(reply: dict[str, Any] | None, response: httpx.Response, code: int, status: int) -> None:
@@ -395,7 +396,8 @@ class Canaries:
 def mcp_call(endpoint: Endpoint, method: str, params: dict[str, Any]) -> dict[str, Any]:
     response, reply = endpoint.send(request(method, params, request_id=uuid.uuid4().hex))
     assert reply is not None and "result" in reply, (response.status_code, reply)
-    return reply["result"]  # type: ignore[no-any-return]
+    result: dict[str, Any] = reply["result"]
+    return result
 
 
 def wait_for_question(endpoint: Endpoint, task_id: str) -> str:

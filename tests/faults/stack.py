@@ -73,6 +73,13 @@ class Call:
         return self.status == 200 and self.body is not None and "result" in self.body
 
     @property
+    def result(self) -> dict[str, Any]:
+        """The JSON-RPC result of an ``ok`` call."""
+        assert self.body is not None and "result" in self.body, self.describe()
+        result: dict[str, Any] = self.body["result"]
+        return result
+
+    @property
     def task_id(self) -> str | None:
         if self.ok and self.body is not None:
             found = self.body["result"].get("taskId")
@@ -494,7 +501,7 @@ def assert_each_completed_once(
         for task_id, who in received.items():
             seen = clients[who].get(task_id)
             assert seen.ok, seen.describe()
-            task = seen.body["result"]  # type: ignore[index]
+            task = seen.result
             assert task["status"] == "completed", task
             assert (
                 task["result"]["structuredContent"]["run"]

@@ -22,7 +22,7 @@ from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, NewTask, TaskRecord, WorkerStore, queries
 from tests.integration.conftest import Db
-from tests.integration.test_store import create
+from tests.integration.test_store import create, raw_row
 
 OWNER = "token:alice"
 ME = "host-a:101:aaaa1111"
@@ -160,7 +160,7 @@ async def test_sweep_releases_the_backlog_fairly_up_to_dispatch_ahead_per_queue_
         swept = row(db, record.task_id)
         assert swept is not None and swept["dispatched_at"] is not None and swept["status"] == "working"
     for record in backlog[ahead:]:
-        assert row(db, record.task_id)["dispatched_at"] is None  # type: ignore[index]
+        assert raw_row(db, record.task_id)["dispatched_at"] is None
     # Nothing started: the broker still holds dispatch_ahead jobs, so nothing more goes out.
     published.clear()
     assert sweep(store, published, sweep_settings) == 0
@@ -197,7 +197,7 @@ async def test_sweep_republishes_a_job_published_long_ago_that_never_started_onc
 
     assert sweep(store, published, sweep_settings, depths) == 1
     assert published == [(lost.job_id, "mcp.default")]
-    assert row(db, lost.task_id)["status"] == "working"  # type: ignore[index]
+    assert raw_row(db, lost.task_id)["status"] == "working"
     published.clear()
     assert sweep(store, published, sweep_settings, depths) == 0
     # A broker that says it holds the message: left alone, however old.
@@ -343,11 +343,11 @@ async def test_sweep_never_fails_a_job_for_waiting_in_the_backlog_while_the_brok
     settings = sweep_settings.model_copy(update={"dispatch_ahead": 0})  # no room in the broker
     store.broker_down(True)  # an outage that just began
     assert sweep(store, published, settings) == 0
-    assert row(db, patient.task_id)["status"] == "working"  # type: ignore[index]
+    assert raw_row(db, patient.task_id)["status"] == "working"
     store.broker_down(False)
     db.execute("UPDATE mcp_maintenance SET last_run_at = now() - interval '1 hour'")
     assert sweep(store, published, settings) == 0
-    assert row(db, patient.task_id)["status"] == "working"  # type: ignore[index]
+    assert raw_row(db, patient.task_id)["status"] == "working"
 
 
 async def test_sweep_records_its_run(

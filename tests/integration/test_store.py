@@ -85,7 +85,8 @@ def raw_row(db: Db, task_id: str) -> dict[str, Any]:
 def db_now(db: Db) -> datetime:
     found = db.execute("SELECT now() AS now").fetchone()
     assert found is not None
-    return found["now"]  # type: ignore[no-any-return]
+    now: datetime = found["now"]
+    return now
 
 
 def set_columns(db: Db, task_id: str, assignments: LiteralString) -> None:
