@@ -102,7 +102,8 @@ def rabbit_stack(template_db: str) -> Iterator[support.Stack]:
 def any_stack(request: pytest.FixtureRequest) -> support.Stack:
     """Each broker in turn."""
     name = "stack" if request.param == "redis" else "rabbit_stack"
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+    stack: support.Stack = request.getfixturevalue(name)
+    return stack
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -68,7 +68,7 @@ def rabbitmq_reachable() -> bool:
 
 def admin_execute(sql: str) -> None:
     with psycopg.connect(ADMIN_DSN, autocommit=True) as conn:
-        conn.execute(sql)  # type: ignore[arg-type]
+        conn.execute(sql)
 
 
 def create_database(name: str, template: str | None = None) -> str:
@@ -88,8 +88,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "") -> Any:
-    """Poll ``predicate`` until it returns something truthy, under a deadline."""
+T = TypeVar("T")
+
+
+def wait_until(
+    predicate: Callable[[], T | Literal[False] | None], timeout: float, interval: float = 0.05, what: str = ""
+) -> T:
+    """Poll ``predicate`` until it returns something truthy (that value), under a deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -112,23 +117,27 @@ class Reply:
     @property
     def result(self) -> dict[str, Any]:
         assert "result" in self.body, f"expected a result, got {self.body} (HTTP {self.status})"
-        return self.body["result"]  # type: ignore[no-any-return]
+        result: dict[str, Any] = self.body["result"]
+        return result
 
     @property
     def error(self) -> dict[str, Any]:
         assert "error" in self.body, f"expected an error, got {self.body} (HTTP {self.status})"
-        return self.body["error"]  # type: ignore[no-any-return]
+        error: dict[str, Any] = self.body["error"]
+        return error
 
 
 def parse_body(response: httpx.Response) -> dict[str, Any]:
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         for line in response.text.splitlines():
             if line.startswith("data:"):
-                return httpx.Response(200, content=line[5:].strip()).json()  # type: ignore[no-any-return]
+                event: dict[str, Any] = httpx.Response(200, content=line[5:].strip()).json()
+                return event
         return {}
     if not response.content:
         return {}
-    return response.json()  # type: ignore[no-any-return]
+    body: dict[str, Any] = response.json()
+    return body
 
 
 def meta(extension: bool = True, **capabilities: Any) -> dict[str, Any]:
@@ -215,7 +224,7 @@ class Client:
             task = self.get(task_id).result
             return task if task["status"] in statuses else None
 
-        return wait_until(seen, timeout, interval=0.05, what=f"task status in {statuses}")  # type: ignore[no-any-return]
+        return wait_until(seen, timeout, interval=0.05, what=f"task status in {statuses}")
 
 
 # ---- the stack: API + worker subprocesses ------------------------------------------------------

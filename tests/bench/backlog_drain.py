@@ -21,6 +21,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any, LiteralString
+
+import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -30,6 +33,13 @@ from mcp_celery_tasks.store import migrate  # noqa: E402
 from tests import support  # noqa: E402
 
 DB = "mcp_perf_drain"
+
+
+def one(conn: psycopg.Connection[Any], sql: LiteralString) -> Any:
+    """The one row an aggregate query answers."""
+    row = conn.execute(sql).fetchone()
+    assert row is not None
+    return row
 
 
 def main() -> int:
@@ -88,22 +98,24 @@ def one_round(stack: support.Stack, number: int, tasks: int, clients: int) -> No
         thread.join()
     created_in = time.monotonic() - started
     with stack.db() as conn:
-        backlog, created_end = conn.execute(
+        backlog, created_end = one(
+            conn,
             "SELECT count(*) FILTER (WHERE status <> 'completed'),"
-            " EXTRACT(EPOCH FROM clock_timestamp())::float FROM mcp_tasks"
-        ).fetchone()
+            " EXTRACT(EPOCH FROM clock_timestamp())::float FROM mcp_tasks",
+        )
     deadline = time.monotonic() + 600
     while True:
         with stack.db() as conn:
-            active = conn.execute("SELECT count(*) FROM mcp_tasks WHERE status <> 'completed'").fetchone()[0]
+            active = one(conn, "SELECT count(*) FROM mcp_tasks WHERE status <> 'completed'")[0]
         if not active or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     with stack.db() as conn:
-        first, last, done = conn.execute(
+        first, last, done = one(
+            conn,
             "SELECT EXTRACT(EPOCH FROM min(created_at))::float, EXTRACT(EPOCH FROM max(finished_at))::float,"
-            " count(*) FILTER (WHERE status = 'completed') FROM mcp_tasks"
-        ).fetchone()
+            " count(*) FILTER (WHERE status = 'completed') FROM mcp_tasks",
+        )
     cpu = tree_cpu_s(stack.worker.popen.pid) - cpu_before
     drain = last - first
     after = max(last - created_end, 1e-3)

@@ -148,7 +148,7 @@ def get_and_gc(max_rows: int, gc_rows: int, parts: set[str]) -> dict[str, Any]:
                 while filled < size:
                     stop = min(size, filled + 250_000)
                     params = {"owner": owner, "start": filled + 1, "stop": stop, "expires_s": 86_400}
-                    conn.execute(FILL, params)  # type: ignore[arg-type]
+                    conn.execute(FILL, params)
                     filled = stop
                 conn.execute("VACUUM ANALYZE mcp_tasks")
                 if "get" in parts:

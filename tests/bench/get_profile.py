@@ -47,9 +47,14 @@ def main() -> int:
     support.drop_database(DB)
     dsn = support.create_database(DB)
     migrate.upgrade(Settings(database_url=dsn))
-    quotas_off = {"MCP_TASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL": "0"}
     try:
-        with support.running_stack("get", dsn, args.broker, "perfget", **quotas_off) as stack:
+        with support.running_stack(
+            "get",
+            dsn,
+            args.broker,
+            "perfget",
+            MCP_TASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL="0",  # quotas off
+        ) as stack:
             client = stack.client()
             params = {"name": "noop", "arguments": {}, "_meta": support.meta(True)}
             ids = [str(client.request("tools/call", params).result["taskId"]) for _ in range(300)]
@@ -136,8 +141,8 @@ def summarize(raw: Path) -> None:
         place = path.split("mcp_celery_tasks/", 1)[-1] if "mcp_celery_tasks/" in path else path.split("/")[0]
         by_place[place] += int(count)
     print(f"{total} samples")
-    for place, count in by_place.most_common(20):
-        print(f"  {count / total * 100:5.1f}%  {place}")
+    for place, samples in by_place.most_common(20):
+        print(f"  {samples / total * 100:5.1f}%  {place}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -28,6 +28,13 @@ sys.path.insert(0, str(ROOT))
 from mcp_celery_tasks.settings import Settings  # noqa: E402
 from mcp_celery_tasks.store import migrate  # noqa: E402
 from tests import support  # noqa: E402
+
+
+class TraceEnv(TypedDict, total=False):
+    """What this script adds to the stack's environment (a TypedDict: the keys are known)."""
+
+    MCP_TASKS_TRACE_FILE: str
+
 
 DB = "mcp_perf_rtt"
 
@@ -42,7 +49,7 @@ def main() -> int:
     dsn = support.create_database(DB)
     migrate.upgrade(Settings(database_url=dsn))
     spans = Path(tempfile.mkdtemp(prefix="input-rtt-")) / "spans.jsonl"
-    extra = {} if args.no_trace else {"MCP_TASKS_TRACE_FILE": str(spans)}
+    extra: TraceEnv = {} if args.no_trace else {"MCP_TASKS_TRACE_FILE": str(spans)}
     try:
         with support.running_stack("rtt", dsn, args.broker, "perfrtt", **extra) as stack:
             runs = [one_run(stack) for _ in range(args.runs)]

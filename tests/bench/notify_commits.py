@@ -27,7 +27,7 @@ def rate(dsn: str, threads: int, sql: str, per_thread: int) -> float:
     def work(k: int) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             for i in range(per_thread):
-                conn.execute(sql, ((k * per_thread + i) % 100_000 + 1,))  # type: ignore[arg-type]
+                conn.execute(sql, ((k * per_thread + i) % 100_000 + 1,))
 
     workers = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
     started = time.perf_counter()

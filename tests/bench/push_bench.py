@@ -17,6 +17,7 @@ import json
 import statistics
 import time
 import uuid
+from typing import Any
 
 import httpx
 import psutil
@@ -54,7 +55,9 @@ async def subscribe(
                 return
 
 
-async def post(http: httpx.AsyncClient, url: str, method: str, params: dict[str, object], name: str) -> dict:  # type: ignore[type-arg]
+async def post(
+    http: httpx.AsyncClient, url: str, method: str, params: dict[str, object], name: str
+) -> dict[str, Any]:
     headers = {
         "Accept": "application/json",
         "MCP-Protocol-Version": "2026-07-28",
@@ -62,7 +65,8 @@ async def post(http: httpx.AsyncClient, url: str, method: str, params: dict[str,
         "Mcp-Name": name,
     }
     response = await http.post(url, json=body(method, params), headers=headers)
-    return response.json()  # type: ignore[no-any-return]
+    reply: dict[str, Any] = response.json()
+    return reply
 
 
 async def latency(url: str, rounds: int) -> dict[str, float]:
@@ -94,7 +98,7 @@ async def latency(url: str, rounds: int) -> dict[str, float]:
     }
 
 
-async def capacity(url: str, api_pid: int, count: int) -> dict[str, float]:
+async def capacity(url: str, api_pid: int, count: int) -> dict[str, float | None]:
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=count + 10)) as http:
         ids = []
         for _ in range(count):
@@ -121,7 +125,7 @@ async def capacity(url: str, api_pid: int, count: int) -> dict[str, float]:
         "api_rss_before_mib": round(before, 1),
         "api_rss_after_mib": round(after, 1),
         "kib_per_subscription": round(per_sub_kib, 1),
-        "subscriptions_per_100_mib": int(100 * 1024 / per_sub_kib) if per_sub_kib > 0 else None,  # type: ignore[dict-item]
+        "subscriptions_per_100_mib": int(100 * 1024 / per_sub_kib) if per_sub_kib > 0 else None,
     }
 
 

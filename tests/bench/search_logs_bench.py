@@ -200,7 +200,8 @@ class Mcp:
         reply = self.http.post(self.url, json=body, headers=headers).json()
         if "error" in reply:
             raise SystemExit(f"{method} failed: {reply['error']}")
-        return reply["result"]  # type: ignore[no-any-return]
+        result: dict[str, Any] = reply["result"]
+        return result
 
     def start(self, arguments: dict[str, Any]) -> str:
         created = self.request("tools/call", {"name": "search_logs", "arguments": arguments}, "search_logs")

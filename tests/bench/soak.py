@@ -101,13 +101,13 @@ def main() -> None:
             thread.join(args.minutes * 60 + 300)
         end_rss = (rss_mib(api.popen.pid), rss_mib(worker.popen.pid))
         with psycopg.connect(dsn) as conn:
-            rows = dict(
+            rows: dict[str, str] = dict(
                 conn.execute(
                     "SELECT task_id, status FROM mcp_tasks WHERE task_id = ANY(%s)", (seen,)
                 ).fetchall()
             )
         lost = [t for t in seen if rows.get(t) not in ("completed", "failed", "cancelled")]
-        finished = collections.Counter()
+        finished: collections.Counter[str] = collections.Counter()
         for line in worker.log.read_text().splitlines():
             if line.startswith("{") and '"task.finished"' in line:
                 finished[json.loads(line)["job_id"]] += 1

@@ -83,7 +83,7 @@ def drain(args: argparse.Namespace, settings: Settings, dsn: str) -> int:
     with app.connection_for_write() as conn:
         conn.default_channel.client.delete(QUEUE)  # type: ignore[attr-defined]
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute(INSERT, {"n": args.jobs}).fetchall()  # type: ignore[arg-type]
+        rows = conn.execute(INSERT, {"n": args.jobs}).fetchall()
     for job_id, _task_id in rows:
         channel.publish_job(app, job_id, QUEUE)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
@@ -183,10 +183,10 @@ def summarize(path: Path) -> None:
         print(f"  {step:<32} {100 * n / total:5.1f} %")
 
 
-def _wait(conn: psycopg.Connection, sql: str, at_least: int, timeout: float) -> int:  # type: ignore[type-arg]
+def _wait(conn: psycopg.Connection, sql: str, at_least: int, timeout: float) -> int:
     deadline = time.monotonic() + timeout
     while True:
-        row = conn.execute(sql).fetchone()  # type: ignore[arg-type]
+        row = conn.execute(sql).fetchone()
         n = int(row[0]) if row else 0
         if n >= at_least:
             return n

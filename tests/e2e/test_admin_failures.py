@@ -71,7 +71,7 @@ def test_a_crashing_tool_is_listed_as_a_failure_with_its_kind_and_message(crash_
             "SELECT status, error_kind, last_error FROM mcp_tasks_overview WHERE task_id = %s", (task_id,)
         ).fetchone()
         assert overview is not None and overview[:2] == ("completed", "crash") and "sdq" in overview[2]
-        failed_today = conn.execute(_readme_failed_today()).fetchall()  # type: ignore[call-overload]
+        failed_today = conn.execute(_readme_failed_today()).fetchall()
     assert [(tool, count) for tool, message, count in failed_today if "sdq" in message] == [("adm_crash", 1)]
 
 

@@ -35,7 +35,8 @@ def call(client: Client, name: str, arguments: dict[str, Any], **extra: Any) -> 
 def structured(task: dict[str, Any]) -> dict[str, Any]:
     assert task["status"] == "completed", task
     assert task["result"]["isError"] is False, task["result"]
-    return task["result"]["structuredContent"]  # type: ignore[no-any-return]
+    content: dict[str, Any] = task["result"]["structuredContent"]
+    return content
 
 
 def tool_error(task: dict[str, Any]) -> str:
@@ -52,11 +53,11 @@ def wait_for_question(client: Client, task_id: str, key: str, timeout: float = 3
         assert task["status"] in ("working", "input_required"), task
         return task if key in (task.get("inputRequests") or {}) else None
 
-    return wait_until(asked, timeout, what=f"the input request {key!r}")  # type: ignore[no-any-return]
+    return wait_until(asked, timeout, what=f"the input request {key!r}")
 
 
 def wait_worker_stopped(stack: Stack, task_id: str) -> dict[str, Any]:
-    return wait_until(  # type: ignore[no-any-return]
+    return wait_until(
         lambda: (row := stack.row(task_id))["finished_at"] is not None and row, 15, what="the job to stop"
     )
 

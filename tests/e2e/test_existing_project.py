@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests import support
@@ -127,6 +128,8 @@ def test_mcp_jobs_follow_the_projects_routes(project: dict[str, Any]) -> None:
         client.wait_status(task_id, timeout=60)
     finally:
         client.close()
-    with contextlib.closing(support.psycopg.connect(project["env"]["MCP_TASKS_DATABASE_URL"])) as conn:
-        (queue,) = conn.execute("SELECT queue FROM mcp_tasks WHERE task_id = %s", (task_id,)).fetchone()  # type: ignore[misc]
+    with contextlib.closing(psycopg.connect(project["env"]["MCP_TASKS_DATABASE_URL"])) as conn:
+        found = conn.execute("SELECT queue FROM mcp_tasks WHERE task_id = %s", (task_id,)).fetchone()
+    assert found is not None
+    (queue,) = found
     assert queue == f"{project['prefix']}.mcp"

@@ -79,7 +79,8 @@ def assert_error(
     assert body["error"]["code"] == code, body
     if status is not None:
         assert http_status == status, (http_status, body)
-    return body["error"]  # type: ignore[no-any-return]
+    error: dict[str, Any] = body["error"]
+    return error
 
 
 @pytest.fixture

@@ -105,7 +105,7 @@ class Tasks:
             requests = task.get("inputRequests") or {}
             return task if task["status"] == "input_required" and len(requests) == count else None
 
-        return wait_until(asking, timeout, what=f"{count} outstanding input request(s)")  # type: ignore[no-any-return]
+        return wait_until(asking, timeout, what=f"{count} outstanding input request(s)")
 
     def only_key(self, task_id: str) -> str:
         requests = self.wait_inputs(task_id)["inputRequests"]
@@ -261,7 +261,11 @@ def test_concurrent_updates_answering_different_keys_resume_the_task(
         assert not task.get("inputRequests"), task
 
         assert_ack(client.cancel(task_id))
-        wait_until(lambda t=task_id: stack.row(t)["finished_at"] is not None, 10, what="the worker to stop")
+
+        def stopped(t: str = task_id) -> bool:
+            return stack.row(t)["finished_at"] is not None
+
+        wait_until(stopped, 10, what="the worker to stop")
 
 
 def test_one_invalid_answer_rejects_the_whole_update_including_the_valid_one(
@@ -555,7 +559,7 @@ def test_a_synchronous_call_asking_twice_takes_two_mrtr_rounds_with_fresh_keys(
     client: Client, stack: Stack
 ) -> None:
     marker = unique("rounds")
-    caps = {"elicitation": {}}
+    caps: dict[str, Any] = {"elicitation": {}}
     arguments = {"marker": marker}
     try:
         first = call(client, "t_two_questions", arguments, extension=False, caps=caps).result
@@ -661,7 +665,7 @@ def test_a_tampered_or_replayed_request_state_is_minus_32602(
     first = mrtr_round_one(client, filename)
     (key,) = first["inputRequests"]
     state = first["requestState"]
-    caps = {"elicitation": {}}
+    caps: dict[str, Any] = {"elicitation": {}}
 
     def retry(name: str, arguments: dict[str, Any], request_state: str) -> Reply:
         return call(
@@ -688,7 +692,7 @@ def test_a_tampered_or_replayed_request_state_is_minus_32602(
 
 
 def test_a_pre_task_request_state_cannot_be_replayed_by_another_tool(client: Client, stack: Stack) -> None:
-    caps = {"elicitation": {}}
+    caps: dict[str, Any] = {"elicitation": {}}
     first = call(client, "test_tool_with_task", {}, caps=caps).result
     assert first["resultType"] == "input_required"
     before = task_count(stack, "multi_input")
@@ -713,7 +717,7 @@ def test_a_pre_task_request_state_cannot_be_replayed_by_another_tool(client: Cli
 def test_ask_first_asks_without_a_task_then_creates_the_task_with_the_answer(
     tasks: Tasks, client: Client, stack: Stack
 ) -> None:
-    caps = {"elicitation": {}}
+    caps: dict[str, Any] = {"elicitation": {}}
     before = task_count(stack, "test_tool_with_task")
 
     first = call(client, "test_tool_with_task", {}, caps=caps)
@@ -759,7 +763,7 @@ def test_ask_first_asks_without_a_task_then_creates_the_task_with_the_answer(
 def test_ask_first_with_an_invalid_answer_is_minus_32602_and_creates_no_task(
     answer: dict[str, Any], client: Client, stack: Stack
 ) -> None:
-    caps = {"elicitation": {}}
+    caps: dict[str, Any] = {"elicitation": {}}
     round_one = call(client, "test_tool_with_task", {}, caps=caps).result
     before = task_count(stack, "test_tool_with_task")
 

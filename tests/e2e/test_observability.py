@@ -22,11 +22,14 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return samples
 
 
-def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def delta(before: dict, after: dict, name: str, **labels: str) -> float:  # type: ignore[type-arg]
+def delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
     return value(after, name, **labels) - value(before, name, **labels)
 
 

@@ -78,7 +78,8 @@ async def test_official_sdk_client_calls_a_tool_as_a_task_and_polls_to_the_resul
     async with Client(stack.url, extensions=[tasks]) as client:
         assert client.protocol_version == "2026-07-28"
         result = await client.call_tool("slow_compute", {"seconds": 0.5, "label": "sdk"})
-    assert result.content[0].text == "done after 0.5s (sdk)"  # type: ignore[union-attr]
+    assert isinstance(text := result.content[0], mcp_types.TextContent), text
+    assert text.text == "done after 0.5s (sdk)"
     assert tasks.created and tasks.created[0].status == "working"
     assert tasks.created[0].poll_interval_ms == 200
     assert tasks.polls[-1] == "completed"
@@ -87,7 +88,8 @@ async def test_official_sdk_client_calls_a_tool_as_a_task_and_polls_to_the_resul
 async def test_official_sdk_client_without_the_extension_gets_a_plain_result(stack: Stack) -> None:
     async with Client(stack.url) as client:
         result = await client.call_tool("slow_compute", {"seconds": 0.1})
-        assert result.content[0].text == "done after 0.1s"  # type: ignore[union-attr]
+        assert isinstance(text := result.content[0], mcp_types.TextContent), text
+        assert text.text == "done after 0.1s"
         with pytest.raises(MCPError) as caught:
             await client.call_tool("failing_job", {})
     assert caught.value.error.code == mcp_types.jsonrpc.MISSING_REQUIRED_CLIENT_CAPABILITY

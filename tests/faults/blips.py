@@ -91,7 +91,7 @@ def answer_all(stack: FaultStack, mix: Mix, timeout: float = 60) -> None:
                 got = client.get(task_id)
                 if not got.ok:
                     return False
-                task = got.body["result"]  # type: ignore[index]
+                task = got.result
                 if task["status"] != "input_required":
                     return task["status"] in ("working", "completed")
                 keys = list(task.get("inputRequests") or {})

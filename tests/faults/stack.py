@@ -73,6 +73,13 @@ class Call:
         return self.status == 200 and self.body is not None and "result" in self.body
 
     @property
+    def result(self) -> dict[str, Any]:
+        """The JSON-RPC result of an ``ok`` call."""
+        assert self.body is not None and "result" in self.body, self.describe()
+        result: dict[str, Any] = self.body["result"]
+        return result
+
+    @property
     def task_id(self) -> str | None:
         if self.ok and self.body is not None:
             found = self.body["result"].get("taskId")
@@ -436,7 +443,7 @@ def wait_all_terminal(stack: FaultStack, timeout: float) -> dict[str, dict[str, 
         return rows if all(r["status"] in support.TERMINAL for r in rows.values()) else None
 
     try:
-        return support.wait_until(settled, timeout, 0.2, what="every task to end")  # type: ignore[no-any-return]
+        return support.wait_until(settled, timeout, 0.2, what="every task to end")
     except AssertionError:
         stuck = {t: (r["status"], r["attempts"], r["dispatched_at"], r["lease_until"])
                  for t, r in stack.rows().items() if r["status"] not in support.TERMINAL}  # fmt: skip
@@ -494,7 +501,7 @@ def assert_each_completed_once(
         for task_id, who in received.items():
             seen = clients[who].get(task_id)
             assert seen.ok, seen.describe()
-            task = seen.body["result"]  # type: ignore[index]
+            task = seen.result
             assert task["status"] == "completed", task
             assert (
                 task["result"]["structuredContent"]["run"]

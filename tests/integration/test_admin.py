@@ -49,7 +49,7 @@ def test_readme_admin_queries_run_and_answer(db_url: str) -> None:
     statements = _readme_sql()
     assert len(statements) == 3
     with psycopg.connect(db_url) as conn:
-        waiting, failed, slowest = (conn.execute(sql).fetchall() for sql in statements)  # type: ignore[call-overload]
+        waiting, failed, slowest = (conn.execute(sql).fetchall() for sql in statements)
     assert [row[0] for row in waiting] == ["task-0"] and waiting[0][4] == 1
     assert failed == [("demo", "boom", 1)]
     assert slowest[0][0] == "demo"

@@ -24,7 +24,8 @@ from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore
 from tests import support
 from tests.integration.conftest import Db
-from tests.integration.test_maintenance import LEASE_S, new_task, row
+from tests.integration.test_maintenance import LEASE_S, new_task
+from tests.integration.test_store import raw_row
 
 ALICE = "token:alice"
 BOB = "token:bob"
@@ -77,8 +78,8 @@ async def test_release_alternates_between_principals_oldest_first_and_marks_publ
     assert [job for job, _ in released] == [alice[0].job_id, bob[0].job_id, alice[1].job_id, bob[1].job_id]
     assert all(queue == QUEUE for _, queue in released)
     for record in (alice[0], bob[0], alice[1], bob[1]):
-        assert row(db, record.task_id)["dispatched_at"] is not None  # type: ignore[index]
-    assert row(db, alice[2].task_id)["dispatched_at"] is None  # type: ignore[index]
+        assert raw_row(db, record.task_id)["dispatched_at"] is not None
+    assert raw_row(db, alice[2].task_id)["dispatched_at"] is None
 
 
 async def test_release_keeps_at_most_ahead_jobs_queued_and_refills_as_workers_start_them(
@@ -198,7 +199,8 @@ async def test_an_input_request_over_the_principal_s_waiting_limit_is_a_tool_err
 
         with pytest.raises(TooManyWaiting, match=r"at most 1\b"):
             store.open_inputs(second.task_id, "host:1:aaaa", "inbox", [ITEM])
-        assert (await api.get_task(second.task_id, ALICE)).status == "working"  # type: ignore[union-attr]
+        waiting = await api.get_task(second.task_id, ALICE)
+        assert waiting is not None and waiting.status == "working"
         # Other queues and other principals have their own count.
         assert store.open_inputs(other_queue.task_id, "host:1:aaaa", "inbox", [ITEM])
         assert store.open_inputs(bobs.task_id, "host:1:aaaa", "inbox", [ITEM])

@@ -22,6 +22,7 @@ from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, NewTask, TaskRecord, WorkerStore, queries
 from tests.integration.conftest import Db
+from tests.integration.test_store import create, raw_row
 
 OWNER = "token:alice"
 ME = "host-a:101:aaaa1111"
@@ -116,7 +117,7 @@ def move(db: Db, task_id: str, assignments: LiteralString) -> None:
 
 async def dispatched(api: ApiStore, store: WorkerStore, **overrides: Any) -> TaskRecord:
     """A task whose job was published: it waits in the broker, no worker holds it yet."""
-    record = await api.create_task(new_task(**overrides))
+    record = await create(api, new_task(**overrides))
     assert store.mark_dispatched([record.job_id]) == 1
     return record
 
@@ -148,8 +149,8 @@ async def test_sweep_releases_the_backlog_fairly_up_to_dispatch_ahead_per_queue_
     # The API's fair publisher runs the same pass on every change; the sweeper covers an API
     # that is down. Each queue gets at most dispatch_ahead jobs in the broker, the rest wait.
     ahead = sweep_settings.dispatch_ahead
-    backlog = [await api.create_task(new_task()) for _ in range(ahead + 2)]
-    gpu = await api.create_task(new_task(queue="gpu"))
+    backlog = [await create(api, new_task()) for _ in range(ahead + 2)]
+    gpu = await create(api, new_task(queue="gpu"))
 
     assert sweep(store, published, sweep_settings) == ahead + 1
     assert sorted(published) == sorted(
@@ -159,7 +160,7 @@ async def test_sweep_releases_the_backlog_fairly_up_to_dispatch_ahead_per_queue_
         swept = row(db, record.task_id)
         assert swept is not None and swept["dispatched_at"] is not None and swept["status"] == "working"
     for record in backlog[ahead:]:
-        assert row(db, record.task_id)["dispatched_at"] is None  # type: ignore[index]
+        assert raw_row(db, record.task_id)["dispatched_at"] is None
     # Nothing started: the broker still holds dispatch_ahead jobs, so nothing more goes out.
     published.clear()
     assert sweep(store, published, sweep_settings) == 0
@@ -196,7 +197,7 @@ async def test_sweep_republishes_a_job_published_long_ago_that_never_started_onc
 
     assert sweep(store, published, sweep_settings, depths) == 1
     assert published == [(lost.job_id, "mcp.default")]
-    assert row(db, lost.task_id)["status"] == "working"  # type: ignore[index]
+    assert raw_row(db, lost.task_id)["status"] == "working"
     published.clear()
     assert sweep(store, published, sweep_settings, depths) == 0
     # A broker that says it holds the message: left alone, however old.
@@ -216,7 +217,7 @@ async def test_sweep_republishes_only_the_missing_oldest_jobs_of_a_queue_whateve
     published_ago(db, oldest.task_id, "3 minutes")
     published_ago(db, older.task_id, "2 minutes")
     published_ago(db, newer.task_id, "1 minute")
-    backlog = [await api.create_task(new_task()) for _ in range(20)]
+    backlog = [await create(api, new_task()) for _ in range(20)]
     ahead = sweep_settings.dispatch_ahead
     assert ahead == 4  # three queued: the fair pass releases exactly one more
     depths = {"mcp.default": 2}  # the broker holds two of the four: two were lost
@@ -304,8 +305,8 @@ async def test_sweep_fails_rows_undispatched_past_the_fail_threshold_and_notifie
     sweep_settings: Settings,
     published: list[tuple[str, str]],
 ) -> None:
-    hopeless = await api.create_task(new_task())
-    late = await api.create_task(new_task())
+    hopeless = await create(api, new_task())
+    late = await create(api, new_task())
     move(db, hopeless.task_id, "created_at = now() - interval '20 minutes'")
     move(db, late.task_id, "created_at = now() - interval '1 minute'")
     # The publishers recorded a broker outage 16 minutes ago that has not ended.
@@ -336,23 +337,23 @@ async def test_sweep_never_fails_a_job_for_waiting_in_the_backlog_while_the_brok
 ) -> None:
     # Behind another principal's thousands of jobs, a job may wait longer than the old "could
     # not be queued" threshold: it is not failed for that, only for a long broker outage.
-    patient = await api.create_task(new_task(owner="token:bob"))
+    patient = await create(api, new_task(owner="token:bob"))
     move(db, patient.task_id, "created_at = now() - interval '20 minutes'")
     db.execute("UPDATE mcp_tasks SET dispatched_at = NULL")
     settings = sweep_settings.model_copy(update={"dispatch_ahead": 0})  # no room in the broker
     store.broker_down(True)  # an outage that just began
     assert sweep(store, published, settings) == 0
-    assert row(db, patient.task_id)["status"] == "working"  # type: ignore[index]
+    assert raw_row(db, patient.task_id)["status"] == "working"
     store.broker_down(False)
     db.execute("UPDATE mcp_maintenance SET last_run_at = now() - interval '1 hour'")
     assert sweep(store, published, settings) == 0
-    assert row(db, patient.task_id)["status"] == "working"  # type: ignore[index]
+    assert raw_row(db, patient.task_id)["status"] == "working"
 
 
 async def test_sweep_records_its_run(
     api: ApiStore, store: WorkerStore, db: Db, sweep_settings: Settings, published: list[tuple[str, str]]
 ) -> None:
-    record = await api.create_task(new_task())
+    record = await create(api, new_task())
     move(db, record.task_id, "created_at = now() - interval '1 minute'")
     assert sweep(store, published, sweep_settings) == 1
     ran = db.execute("SELECT last_count, now() - last_run_at AS ago FROM mcp_maintenance WHERE job = 'sweep'")
@@ -466,7 +467,7 @@ async def test_gc_overdue_reports_a_collector_that_stopped_running(
 async def test_a_finished_task_stays_readable_until_created_at_plus_its_reported_ttl(
     api: ApiStore, store: WorkerStore, db: Db
 ) -> None:
-    record = await api.create_task(new_task(retention_ms=5_000, ttl_ms=5_000))
+    record = await create(api, new_task(retention_ms=5_000, ttl_ms=5_000))
     while_working = await api.get_task(record.task_id, OWNER)
     assert while_working is not None
     assert store.claim(record.job_id, ME, LEASE_S) is not None

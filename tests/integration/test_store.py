@@ -85,7 +85,8 @@ def raw_row(db: Db, task_id: str) -> dict[str, Any]:
 def db_now(db: Db) -> datetime:
     found = db.execute("SELECT now() AS now").fetchone()
     assert found is not None
-    return found["now"]  # type: ignore[no-any-return]
+    now: datetime = found["now"]
+    return now
 
 
 def set_columns(db: Db, task_id: str, assignments: LiteralString) -> None:
@@ -115,9 +116,16 @@ def notified(conn: psycopg.Connection[Any], until: str, timeout: float = 5.0) ->
     return seen
 
 
+async def create(api: ApiStore, task: NewTask) -> TaskRecord:
+    """``api.create_task`` without a quota: the row is always created."""
+    record = await api.create_task(task)
+    assert record is not None
+    return record
+
+
 async def running(api: ApiStore, worker_store: WorkerStore, **overrides: Any) -> TaskRecord:
     """A created task claimed by ``ME``."""
-    record = await api.create_task(new_task(**overrides))
+    record = await create(api, new_task(**overrides))
     assert worker_store.claim(record.job_id, ME, LEASE_S) is not None
     return record
 
@@ -137,7 +145,7 @@ def ms(delta: timedelta) -> int:
 
 async def test_created_task_reads_back_for_its_owner(api: ApiStore) -> None:
     task = new_task(queue="gpu", poll_interval_ms=250)
-    created = await api.create_task(task)
+    created = await create(api, task)
     got = await api.get_task(task.task_id, OWNER)
     assert got is not None
     for record in (created, got):
@@ -169,7 +177,7 @@ async def test_task_of_another_owner_reads_as_unknown(api: ApiStore) -> None:
 
 
 async def test_cancel_of_working_task_cancels_it_at_once(api: ApiStore, db: Db) -> None:
-    record = await api.create_task(new_task())
+    record = await create(api, new_task())
     outcome = await api.request_cancel(record.task_id, OWNER, "stopped by the user")
     assert outcome.found and outcome.cancelled_now
     assert outcome.job_id == record.job_id
@@ -200,7 +208,7 @@ async def test_cancel_of_completed_task_is_acknowledged_but_changes_nothing(
 
 
 async def test_cancel_of_input_required_task_names_the_inbox_to_wake(api: ApiStore, db: Db) -> None:
-    record = await api.create_task(new_task())
+    record = await create(api, new_task())
     set_columns(db, record.task_id, "status = 'input_required', inbox = 'mcp.inbox.host-a.101'")
     outcome = await api.request_cancel(record.task_id, OWNER)
     assert outcome.cancelled_now
@@ -215,7 +223,7 @@ async def test_cancel_of_unknown_task_is_not_found(api: ApiStore) -> None:
 
 
 async def test_cancel_of_another_owners_task_is_not_found_and_changes_nothing(api: ApiStore) -> None:
-    record = await api.create_task(new_task())
+    record = await create(api, new_task())
     outcome = await api.request_cancel(record.task_id, STRANGER)
     assert not outcome.found
     got = await api.get_task(record.task_id, OWNER)
@@ -283,11 +291,12 @@ async def test_a_lease_that_just_lapsed_is_not_taken_within_its_grace(
     record = await running(api, worker_store)
     set_columns(db, record.task_id, "lease_until = now() - interval '1 second'")
     assert worker_store.claim(record.job_id, RIVAL, LEASE_S) is None
-    assert worker_store.job_state(record.job_id)["lease_left_s"] > 3  # come back after the grace
+    state = worker_store.job_state(record.job_id)
+    assert state is not None and state["lease_left_s"] > 3  # come back after the grace
 
 
 async def test_claim_of_cancelled_task_returns_none(api: ApiStore, worker_store: WorkerStore, db: Db) -> None:
-    record = await api.create_task(new_task())
+    record = await create(api, new_task())
     await api.request_cancel(record.task_id, OWNER)
     assert worker_store.claim(record.job_id, ME, LEASE_S) is None
     row = raw_row(db, record.task_id)
@@ -297,7 +306,7 @@ async def test_claim_of_cancelled_task_returns_none(api: ApiStore, worker_store:
 
 
 async def test_concurrent_claims_have_exactly_one_winner(api: ApiStore, settings: Settings, db: Db) -> None:
-    record = await api.create_task(new_task())
+    record = await create(api, new_task())
     job_id = record.job_id
     contenders = 8
     stores = [WorkerStore(settings) for _ in range(contenders)]
@@ -479,7 +488,7 @@ async def test_fail_exhausted_leaves_a_task_with_attempts_left_alone(
 
 
 async def test_ttl_of_active_task_is_elapsed_time_plus_retention(api: ApiStore, db: Db) -> None:
-    record = await api.create_task(new_task())
+    record = await create(api, new_task())
     assert record.reported_ttl_ms() >= RETENTION_MS
     set_columns(db, record.task_id, "created_at = created_at - interval '5 seconds'")
     got = await api.get_task(record.task_id, OWNER)
@@ -526,7 +535,7 @@ async def test_finish_notifies_the_task_id(
 
 
 async def test_cancel_notifies_the_task_id(api: ApiStore, listener: psycopg.Connection[Any]) -> None:
-    record = await api.create_task(new_task())
+    record = await create(api, new_task())
     await api.request_cancel(record.task_id, OWNER)
     assert notified(listener, record.task_id) == [record.task_id]
 
@@ -548,7 +557,7 @@ async def test_create_claim_and_report_do_not_notify(
     assert not worker_store.report(quiet.task_id, RIVAL, "fenced")
     # A transition committed afterwards: notifications arrive in commit order, so once it is
     # seen, anything the quiet operations had sent would have been seen before it.
-    marker = await api.create_task(new_task())
+    marker = await create(api, new_task())
     await api.request_cancel(marker.task_id, OWNER)
     assert notified(listener, marker.task_id) == [marker.task_id]
 
@@ -563,7 +572,7 @@ async def test_gc_deletes_expired_rows_and_their_inputs(
     insert_input(db, expired.task_id, "1-abc")
     set_columns(db, expired.task_id, "expires_at = now() - interval '1 second'")
     not_yet = await completed(api, worker_store)
-    active = await api.create_task(new_task())
+    active = await create(api, new_task())
     assert worker_store.delete_expired(100) == 1
     assert db.execute("SELECT 1 FROM mcp_tasks WHERE task_id = %s", (expired.task_id,)).fetchone() is None
     inputs = db.execute("SELECT count(*) AS n FROM mcp_task_inputs WHERE task_id = %s", (expired.task_id,))
@@ -614,8 +623,8 @@ async def test_gc_skips_while_another_collector_holds_the_lock(
 async def test_mark_dispatched_sets_dispatched_at_only_once(
     api: ApiStore, worker_store: WorkerStore, db: Db
 ) -> None:
-    first = await api.create_task(new_task())
-    second = await api.create_task(new_task())
+    first = await create(api, new_task())
+    second = await create(api, new_task())
     assert raw_row(db, first.task_id)["dispatched_at"] is None
     assert worker_store.mark_dispatched([first.job_id]) == 1
     dispatched_at = raw_row(db, first.task_id)["dispatched_at"]
@@ -628,10 +637,10 @@ async def test_mark_dispatched_sets_dispatched_at_only_once(
 async def test_undispatched_lists_old_active_rows_never_published(
     api: ApiStore, worker_store: WorkerStore, db: Db
 ) -> None:
-    forgotten = await api.create_task(new_task(queue="gpu"))
+    forgotten = await create(api, new_task(queue="gpu"))
     await api.create_task(new_task())  # created just now: too young to be considered lost
-    published = await api.create_task(new_task())
-    cancelled = await api.create_task(new_task())
+    published = await create(api, new_task())
+    cancelled = await create(api, new_task())
     worker_store.mark_dispatched([published.job_id])
     await api.request_cancel(cancelled.task_id, OWNER)
     for record in (forgotten, published, cancelled):

@@ -17,7 +17,7 @@ from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, WorkerStore
 from tests.integration.conftest import Db
-from tests.integration.test_store import LEASE_S, ME, RIVAL, new_task, raw_row, running, set_columns
+from tests.integration.test_store import LEASE_S, ME, RIVAL, create, new_task, raw_row, running, set_columns
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ async def test_a_job_given_back_too_often_is_refused_and_failed(
 ) -> None:
     store = WorkerStore(settings.model_copy(update={"max_redeliveries": 2}))
     try:
-        record = await api.create_task(new_task())
+        record = await create(api, new_task())
         for _ in range(2):
             assert store.claim(record.job_id, ME, LEASE_S) is not None
             assert store.give_back(record.task_id, ME)
@@ -123,7 +123,7 @@ async def test_a_sweep_that_could_not_reach_the_database_holds_back_lost_lease_r
                         queue_depth=lambda queue: 100)  # fmt: skip
 
     try:
-        record = await api.create_task(new_task())
+        record = await create(api, new_task())
         assert store.mark_dispatched([record.job_id]) == 1
         assert store.claim(record.job_id, ME, LEASE_S) is not None
         set_columns(db, record.task_id, "lease_until = now() - interval '1 minute'")
@@ -168,7 +168,7 @@ async def test_statements_beyond_the_pool_wait_their_turn_and_a_full_pool_answer
     )
     await store.open()
     try:
-        record = await store.create_task(new_task())
+        record = await create(store, new_task())
         assert record is not None
         reads = await asyncio.gather(*(store.get_task(record.task_id, record.owner) for _ in range(40)))
         assert all(read is not None and read.task_id == record.task_id for read in reads)

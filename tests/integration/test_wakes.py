@@ -61,7 +61,7 @@ def redis_commands_on(key: str, during: Any) -> list[str]:
     done = threading.Event()
 
     def watch() -> None:
-        with client.monitor() as monitor:
+        with client.monitor() as monitor:  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
             ready.set()
             for event in monitor.listen():
                 command = str(event.get("command", ""))

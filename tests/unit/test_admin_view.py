@@ -25,12 +25,13 @@ def _row(**overrides: Any) -> dict[str, Any]:
 
 
 def _render(width: int, *, terminal: bool = True, wide: bool = False) -> tuple[str, tuple[str, ...]]:
-    console = Console(file=io.StringIO(), width=width, force_terminal=terminal, color_system=None)
+    screen = io.StringIO()
+    console = Console(file=screen, width=width, force_terminal=terminal, color_system=None)
     rows = [_row(), _row(task_id="U" * 32)]
     table, layout = ls_table(rows, console, wide=wide)
     console.width = max(console.width, natural_width(console, table))
     console.print(table, crop=False)
-    out = console.file.getvalue()  # type: ignore[attr-defined]
+    out = screen.getvalue()
     for row in rows:
         assert row["task_id"] in out and row["job_id"] in out
     return out, layout.dropped

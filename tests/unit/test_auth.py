@@ -83,9 +83,7 @@ def test_a_jwt_signed_with_another_key_or_algorithm_is_refused(authenticator: Au
     )
     with pytest.raises(Unauthorized):
         authenticator.principal("Bearer " + forged)
-    unsigned = jwt.encode(
-        {"iss": ISSUER, "sub": "u", "aud": "mcp", "exp": int(time.time()) + 60}, None, "none"
-    )
+    unsigned = jwt.encode({"iss": ISSUER, "sub": "u", "aud": "mcp", "exp": int(time.time()) + 60}, "", "none")
     with pytest.raises(Unauthorized):
         authenticator.principal("Bearer " + unsigned)
 

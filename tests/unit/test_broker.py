@@ -86,7 +86,8 @@ def test_the_redis_limit_is_the_apps_own_visibility_timeout_or_kombus_default() 
     assert redis.redelivery_limit({"visibility_timeout": 120}, settings) == RedeliveryLimit(
         120.0, "Redis visibility_timeout"
     )
-    assert redis.redelivery_limit({}, settings).seconds == 3600.0
+    default = redis.redelivery_limit({}, settings)
+    assert default is not None and default.seconds == 3600.0
 
 
 def test_the_rabbitmq_limit_is_the_configured_consumer_timeout() -> None:

@@ -75,11 +75,12 @@ def test_the_task_mode_comes_from_meta_or_execution() -> None:
 
 
 def _shown(result: dict[str, Any], terminal: bool = False) -> str:
+    screen = io.StringIO()
     out = Console(
-        file=io.StringIO(), force_terminal=terminal, width=60, color_system="standard" if terminal else None
+        file=screen, force_terminal=terminal, width=60, color_system="standard" if terminal else None
     )
     show_result(out, result)
-    return out.file.getvalue()  # type: ignore[attr-defined, no-any-return]
+    return screen.getvalue()
 
 
 def test_structured_content_is_indented_once_not_one_long_line() -> None:

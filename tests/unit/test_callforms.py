@@ -17,6 +17,13 @@ def _console() -> Console:
     return Console(file=io.StringIO(), width=200, color_system=None)
 
 
+def _said(console: Console) -> str:
+    """What ``_console()`` printed so far."""
+    screen = console.file
+    assert isinstance(screen, io.StringIO)
+    return screen.getvalue()
+
+
 def _typed(lines: list[str]) -> io.StringIO:
     return io.StringIO("".join(line + "\n" for line in lines))
 
@@ -24,14 +31,14 @@ def _typed(lines: list[str]) -> io.StringIO:
 def _ask(prop: dict[str, Any], lines: list[str], *, required: bool = False) -> tuple[Any, str]:
     console = _console()
     value = _Field(console, "field", prop, required)(stream=_typed(lines))
-    output = console.file.getvalue()  # type: ignore[attr-defined]
+    output = _said(console)
     return value, output
 
 
 def test_enter_alone_never_accepts_a_form() -> None:
     console = _console()
     assert _Choice(console)(stream=_typed(["", "", "d"])) == "decline"
-    assert console.file.getvalue().count("Type a (accept), d (decline) or c (cancel)") == 2  # type: ignore[attr-defined]
+    assert _said(console).count("Type a (accept), d (decline) or c (cancel)") == 2
 
 
 @pytest.mark.parametrize(("typed", "action"), [("a", "accept"), ("ACCEPT", "accept"), ("c", "cancel")])
@@ -95,7 +102,7 @@ def test_without_a_terminal_an_unanswered_form_is_declined_and_said() -> None:
     console = _console()
     answerer = Answerer(console, interactive=False, answers={})
     assert answerer("confirm", FORM) == {"action": "decline"}
-    said = console.file.getvalue()  # type: ignore[attr-defined]
+    said = _said(console)
     assert 'declined input "confirm" (Delete x?)' in said
     assert "--answers FILE" in said
     assert answerer.declined == ["confirm"]
@@ -105,7 +112,7 @@ def test_a_declined_form_names_the_keys_the_answers_file_has() -> None:
     console = _console()
     answerer = Answerer(console, interactive=False, answers={"confim": {"action": "accept"}})
     assert answerer("confirm", FORM) == {"action": "decline"}
-    assert '--answers has no "confirm" or "*" (it has "confim")' in console.file.getvalue()  # type: ignore[attr-defined]
+    assert '--answers has no "confirm" or "*" (it has "confim")' in _said(console)
 
 
 def test_answers_by_key_and_for_any_form() -> None:

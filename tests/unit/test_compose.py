@@ -315,7 +315,7 @@ def test_grafana_dashboard_queries_only_metrics_the_code_defines() -> None:
         for name in re.findall(r"mcp_[a-z_]+", e)
     }
     defined = {
-        collector._name  # type: ignore[attr-defined]
+        collector._name
         for collector in vars(metrics).values()
         if hasattr(collector, "_name") and str(getattr(collector, "_name", "")).startswith("mcp_")
     }

@@ -29,8 +29,11 @@ class Runtime:
     def __init__(self) -> None:
         self.statuses: list[str] = []
 
-    def report(self, message: str) -> None:
+    def report(self, message: str, progress: float | None = None, total: float | None = None) -> None:
         self.statuses.append(message)
+
+    def log(self, level: str, logger: str | None, data: Any) -> None:
+        raise AssertionError(f"unexpected log {level} {data!r}")
 
     def flush(self) -> None:
         pass
@@ -89,7 +92,7 @@ def attacks(dirs: Dirs) -> list[str]:
     ]
 
 
-def refused(call: Callable[[], Any]) -> str:
+def refused(call: Callable[..., Any]) -> str:  # `...`: lambdas binding the loop variable as a default
     started = time.monotonic()
     with pytest.raises(ToolError) as caught:
         call()

@@ -29,7 +29,7 @@ def root(root_dir: Path) -> FileRoot:
     return FileRoot(root_dir, variable="FILES_ROOT")
 
 
-def refusal(call: Callable[[], Any]) -> str:
+def refusal(call: Callable[..., Any]) -> str:  # `...`: lambdas binding the loop variable as a default
     with pytest.raises(ToolError) as caught:
         call()
     return str(caught.value)

@@ -52,6 +52,9 @@ async def test_a_body_over_the_limit_is_refused_while_it_streams_or_by_its_decla
 
 
 async def test_a_client_that_disconnects_mid_body_ends_the_read() -> None:
-    parts = [{"type": "http.request", "body": b"{", "more_body": True}, {"type": "http.disconnect"}]
+    parts: list[dict[str, Any]] = [
+        {"type": "http.request", "body": b"{", "more_body": True},
+        {"type": "http.disconnect"},
+    ]
     with pytest.raises(Disconnected):
         await read_body(_request([], parts).receive, None, 100)

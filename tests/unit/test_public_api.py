@@ -244,7 +244,8 @@ def test_the_flat_paths_of_0_1_still_import_with_a_warning() -> None:
         assert module is importlib.import_module(f"{PACKAGE}.{new}")
     sys.modules.pop(f"{PACKAGE}.server")
     with pytest.warns(DeprecationWarning):
-        from mcp_celery_tasks.server import from_environment  # the uvicorn factory of 0.1
+        # the uvicorn factory of 0.1 (`from mcp_celery_tasks.server import from_environment`)
+        from_environment = importlib.import_module(f"{PACKAGE}.server").from_environment
     assert callable(from_environment)
     from mcp_celery_tasks.client import TasksClient  # packages now, the same imports as before
     from mcp_celery_tasks.worker import install

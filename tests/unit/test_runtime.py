@@ -74,7 +74,12 @@ def test_a_pending_report_is_flushed_once_the_interval_passed() -> None:
     runtime = runtime_for(store, row, report_interval_s=0.05)
     runtime.report("first")
     runtime.report("latest")
-    wait_until(lambda: (runtime.flush_if_due(), row.status_message == "latest")[1], 2, 0.01, what="a flush")
+
+    def flushed() -> bool:
+        runtime.flush_if_due()
+        return row.status_message == "latest"
+
+    wait_until(flushed, 2, 0.01, what="a flush")
 
 
 def test_a_report_is_cut_to_the_status_message_limit() -> None:

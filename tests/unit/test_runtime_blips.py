@@ -104,10 +104,17 @@ class StopsDuringReport(MemoryStore):
 
     runtime: Runtime | None = None
 
-    def report(self, task_id: str, worker: str, message: str) -> bool:
+    def report(
+        self,
+        task_id: str,
+        worker: str,
+        message: str,
+        progress: float | None = None,
+        total: float | None = None,
+    ) -> bool:
         assert self.runtime is not None
         self.runtime.stop_signalled()  # must not raise inside our own store call
-        return super().report(task_id, worker, message)
+        return super().report(task_id, worker, message, progress, total)
 
 
 def test_a_stop_signal_waits_for_our_own_store_call_then_raises() -> None:

@@ -60,7 +60,7 @@ class Rows:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     now = [1000.0]
-    monkeypatch.setattr(watchdog.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr("mcp_celery_tasks.worker.watchdog.time.monotonic", lambda: now[0])
     return now
 
 
@@ -78,7 +78,7 @@ def dog(rows: Rows, **settings: Any) -> tuple[Watchdog, list[str], list[int]]:
     signalled: list[int] = []
     base = {"cancel_grace_seconds": 5.0, "tool_memory_limit_mb": 0, "tool_time_limit_seconds": 0}
     made = Watchdog(
-        rows,  # type: ignore[arg-type]
+        rows,
         Settings(**{**base, **settings}),
         terminate=terminated.append,
         signal_soft_limit=signalled.append,
