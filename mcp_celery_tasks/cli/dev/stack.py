@@ -111,7 +111,9 @@ def _tools_table(modules: list[str], settings: Settings) -> tuple[str, list[str]
 
 class _Stop:
     """Ctrl-C, SIGTERM and SIGHUP all ask for the same orderly stop; after a SIGHUP the
-    terminal is gone, so what ``dev`` still says goes to ``logs/dev.log``."""
+    terminal is gone, so what ``dev`` still says goes to ``logs/dev.log``. A signal during the
+    stop (Ctrl-C pressed again) changes nothing: passed on, repeated SIGQUITs end a Celery worker
+    by force, its running jobs not given back."""
 
     def __init__(self, log_dir: Path) -> None:
         self.requested: str | None = None
@@ -235,8 +237,9 @@ def _run(
         api = ["serve", "--host", host, "--port", str(api_port)]
         children: list[Child] = []
         try:
-            # Workers stop cold (SIGQUIT): a job blocked on input would hold a warm shutdown
-            # forever; a running job gets the soft-shutdown window, then goes back to the queue.
+            # Workers stop cold (SIGQUIT, to the main process only: see procs): a job blocked on
+            # input would hold a warm shutdown forever; a running job gets the soft-shutdown
+            # window, then its pool child gives it back (a redelivery, not an attempt).
             children.append(spawn("worker", tool_worker, worker_env, log_dir, signal.SIGQUIT))
             children.append(spawn("maintenance", maintenance, worker_env, log_dir, signal.SIGQUIT))
             children.append(spawn("beat", beat, worker_env, log_dir, signal.SIGTERM))
