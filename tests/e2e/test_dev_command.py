@@ -143,6 +143,8 @@ def test_dev_stops_hand_a_running_job_back_as_a_redelivery_never_an_attempt(dev_
         )
     assert (row["status"], row["attempts"], row["redeliveries"]) == ("completed", 1, len(stops)), row
     assert row["result"]["content"][0]["text"] == f"done after {JOB_S}s"
+    said = "".join(path.read_text() for path in [*dev_dir.glob("dev-*.log"), data_dir / "logs" / "dev.log"])
+    assert said.count("waiting up to 1 s for slow_compute") == len(stops)
     worker_log = (data_dir / "logs" / "worker.log").read_text()
     assert worker_log.count("Initiating Soft Shutdown, terminating in 1.0 seconds") == len(stops)
     assert worker_log.count(f"job {row['job_id']} given back (stopping)") == len(stops)
