@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,10 +12,14 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import psutil
+import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from mcp_celery_tasks.cli.dev import record as devrecord
 from tests.support import ROOT, Client, free_port, wait_until
@@ -47,8 +52,8 @@ def _processes_using(path: Path) -> list[psutil.Process]:
     return found
 
 
-def _start_dev(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+def _start_dev(data_dir: Path, port: int, log: Path, **settings: str) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")} | settings
     # The examples (dev's default) plus one conformance fixture, through dev's --tools option.
     return subprocess.Popen(
         [
@@ -101,6 +106,96 @@ def test_dev_runs_a_tool_on_embedded_services_stops_cleanly_and_reuses_its_data(
         dev.send_signal(signal.SIGINT)
         dev.wait(90)
     _nothing_left(data_dir, 30)
+
+
+JOB_S = 6.0
+"""How long the restarted job sleeps: longer than a stop takes to reach it (dev's poll, the
+soft-shutdown window), so every stop finds it running."""
+
+
+@pytest.mark.timeout(300)
+def test_dev_stops_hand_a_running_job_back_as_a_redelivery_never_an_attempt(dev_dir: Path) -> None:
+    data_dir = dev_dir / "data"
+    port = free_port()
+    stops = [signal.SIGHUP, signal.SIGINT, signal.SIGTERM]
+    task_id, database_url, holder = "", "", None
+    for restarts, stop in enumerate(stops):
+        log = dev_dir / f"dev-{restarts}.log"
+        with _dev_running(data_dir, port, log) as dev:
+            if not task_id:
+                task_id, database_url = _start_job(data_dir, port)
+            row = wait_until(
+                partial(_claimed_by_another, database_url, task_id, holder),
+                60, 0.1, what=f"the job claimed after {restarts} restarts",
+            )  # fmt: skip
+            assert (row["status"], row["attempts"], row["redeliveries"]) == ("working", 1, restarts)
+            holder = row["worker"]
+            dev.send_signal(stop)
+            if stop == signal.SIGINT:  # Ctrl-C pressed again while dev stops: the same stop
+                wait_until(partial(_says, log, "stopping (SIGINT)"), 30, 0.05, what="dev stopping")
+                dev.send_signal(signal.SIGINT)
+            dev.wait(90)
+        assert dev.returncode == 0, log.read_text()[-2000:]
+
+    with _dev_running(data_dir, port, dev_dir / "dev-last.log"):
+        row = wait_until(
+            partial(_finished, database_url, task_id), JOB_S + 60, 0.2, what="the task to finish"
+        )
+    assert (row["status"], row["attempts"], row["redeliveries"]) == ("completed", 1, len(stops)), row
+    assert row["result"]["content"][0]["text"] == f"done after {JOB_S}s"
+    said = "".join(path.read_text() for path in [*dev_dir.glob("dev-*.log"), data_dir / "logs" / "dev.log"])
+    assert said.count("waiting up to 1 s for slow_compute") == len(stops)
+    worker_log = (data_dir / "logs" / "worker.log").read_text()
+    assert worker_log.count("Initiating Soft Shutdown, terminating in 1.0 seconds") == len(stops)
+    assert worker_log.count(f"job {row['job_id']} given back (stopping)") == len(stops)
+    _nothing_left(data_dir, 30)
+
+
+@contextlib.contextmanager
+def _dev_running(data_dir: Path, port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """dev on ``data_dir`` with a soft-shutdown window of 1 s (its default is 3), once it printed
+    its banner; stopped with Ctrl-C on the way out unless the body stopped it."""
+    dev = _start_dev(data_dir, port, log, MCP_TASKS_WORKER_SOFT_SHUTDOWN_SECONDS="1")
+    try:
+        wait_until(partial(_says, log, "is running"), 120, 0.2, what="dev to print its banner")
+        yield dev
+    finally:
+        if dev.poll() is None:
+            dev.send_signal(signal.SIGINT)
+            dev.wait(90)
+
+
+def _says(log: Path, text: str) -> bool:
+    return text in log.read_text()
+
+
+def _start_job(data_dir: Path, port: int) -> tuple[str, str]:
+    """A long ``slow_compute`` call; its task id and the stack's database URL."""
+    task_id = Client(f"http://127.0.0.1:{port}/mcp").start("slow_compute", {"seconds": JOB_S})
+    record = devrecord.read(data_dir / devrecord.RECORD_NAME)
+    assert record is not None
+    return task_id, record.database_url
+
+
+def _finished(database_url: str, task_id: str) -> dict[str, Any] | None:
+    row = _job_row(database_url, task_id)
+    return row if row["status"] != "working" else None
+
+
+def _job_row(database_url: str, task_id: str) -> dict[str, Any]:
+    with psycopg.connect(database_url) as conn, conn.cursor(row_factory=dict_row) as cur:
+        found = cur.execute(
+            "SELECT status, attempts, redeliveries, worker, job_id, result FROM mcp_tasks WHERE task_id = %s",
+            (task_id,),
+        ).fetchone()
+    assert found is not None
+    return found
+
+
+def _claimed_by_another(database_url: str, task_id: str, holder: str | None) -> dict[str, Any] | None:
+    """The task's row once a worker other than ``holder`` (the last dev's) holds it."""
+    row = _job_row(database_url, task_id)
+    return row if row["worker"] not in (None, holder) else None
 
 
 def _ready(port: int) -> bool:

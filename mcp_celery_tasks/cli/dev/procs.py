@@ -4,6 +4,13 @@ Each child runs in a process group of its own (a worker's pool processes with it
 terminal's Ctrl-C reaches ``dev`` only and ``dev`` decides the order. Each also asks the kernel
 for its own stop signal should ``dev`` die without stopping it (``PR_SET_PDEATHSIG``): a worker
 gets SIGQUIT like on a normal stop, the others SIGTERM.
+
+The stop signal goes to a child's own process, never to its group: a worker's main process
+stops its pool children itself, after the soft-shutdown window, with the pool's termination
+signal, which is what lets a child give its running job back (``worker.child``). A SIGQUIT sent
+to the pool children as well would end them at once through billiard's handler, the job's
+lease still held and its attempt counted. The group is what ``dev`` waits for, and what it
+kills when the grace period is over.
 """
 
 from __future__ import annotations
@@ -84,11 +91,11 @@ def spawn(name: str, args: list[str], env: dict[str, str], log_dir: Path, stop_s
 
 
 def stop_all(children: list[Child], grace: float, say: Callable[[str], None]) -> None:
-    """Send each child its stop signal, then wait for every process of its group; SIGKILL the
-    groups still there after ``grace`` seconds."""
+    """Send each child (its own process only) its stop signal, then wait for every process of its
+    group; SIGKILL the groups still there after ``grace`` seconds."""
     for child in children:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pgid, child.stop_signal)
+            child.proc.send_signal(child.stop_signal)  # not to a pid already reaped
     deadline = time.monotonic() + grace
     waiting = list(children)
     announced = False

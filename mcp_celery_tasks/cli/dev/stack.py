@@ -111,7 +111,9 @@ def _tools_table(modules: list[str], settings: Settings) -> tuple[str, list[str]
 
 class _Stop:
     """Ctrl-C, SIGTERM and SIGHUP all ask for the same orderly stop; after a SIGHUP the
-    terminal is gone, so what ``dev`` still says goes to ``logs/dev.log``."""
+    terminal is gone, so what ``dev`` still says goes to ``logs/dev.log``. A signal during the
+    stop (Ctrl-C pressed again) changes nothing: passed on, repeated SIGQUITs end a Celery worker
+    by force, its running jobs not given back."""
 
     def __init__(self, log_dir: Path) -> None:
         self.requested: str | None = None
@@ -202,7 +204,7 @@ def _run(
         env["MCP_TASKS_DATABASE_URL"] = database_url
         env["MCP_TASKS_BROKER_URL"] = broker_url
         env["MCP_TASKS_TOOL_MODULES"] = json.dumps(modules)
-        env.setdefault("MCP_TASKS_WORKER_SOFT_SHUTDOWN_SECONDS", DEV_SOFT_SHUTDOWN_S)
+        soft_shutdown_s = env.setdefault("MCP_TASKS_WORKER_SOFT_SHUTDOWN_SECONDS", DEV_SOFT_SHUTDOWN_S)
         files = env.setdefault("MCP_EXAMPLES_FILES_ROOT", str(data_dir / "files"))
         env.setdefault("MCP_EXAMPLES_MODELS_DIR", str(data_dir / "models"))
         if files == str(data_dir / "files"):
@@ -235,8 +237,9 @@ def _run(
         api = ["serve", "--host", host, "--port", str(api_port)]
         children: list[Child] = []
         try:
-            # Workers stop cold (SIGQUIT): a job blocked on input would hold a warm shutdown
-            # forever; a running job gets the soft-shutdown window, then goes back to the queue.
+            # Workers stop cold (SIGQUIT, to the main process only: see procs): a job blocked on
+            # input would hold a warm shutdown forever; a running job gets the soft-shutdown
+            # window, then its pool child gives it back (a redelivery, not an attempt).
             children.append(spawn("worker", tool_worker, worker_env, log_dir, signal.SIGQUIT))
             children.append(spawn("maintenance", maintenance, worker_env, log_dir, signal.SIGQUIT))
             children.append(spawn("beat", beat, worker_env, log_dir, signal.SIGTERM))
@@ -252,13 +255,13 @@ def _run(
                         return 1
                 time.sleep(0.2)
             _say(f"stopping ({stop.requested})…")
-            _name_running_jobs(settings)
+            _name_running_jobs(settings, soft_shutdown_s)
             return 0
         finally:
             stop_all(children, STOP_GRACE_S, _say)
 
 
-def _name_running_jobs(settings: Settings) -> None:
+def _name_running_jobs(settings: Settings, soft_shutdown_s: str) -> None:
     """Say which jobs the stop waits for (each gets the soft-shutdown window, then is requeued)."""
     from mcp_celery_tasks.store import WorkerStore
 
@@ -276,7 +279,7 @@ def _name_running_jobs(settings: Settings) -> None:
         store.close()
     for row in rows:
         _say(
-            f"  waiting up to {DEV_SOFT_SHUTDOWN_S} s for {row['tool']} (job {row['job_id']}), "
+            f"  waiting up to {soft_shutdown_s} s for {row['tool']} (job {row['job_id']}), "
             "then it goes back to the queue"
         )
 
