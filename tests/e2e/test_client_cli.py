@@ -153,8 +153,55 @@ def test_call_json_says_which_questions_it_declined(stack: Stack, tmp_path: Path
     assert json.loads(declined.stdout)["result"]["content"][0]["text"] == "Kept z.txt (decline)"
     said = declined.stderr.strip().splitlines()
     assert len(said) == 1
-    assert said[0].startswith('declined input "') and "(Delete z.txt?)" in said[0]
+    assert said[0].startswith('declined form "') and "(Delete z.txt?)" in said[0]
     assert '--answers has no "' in said[0] and '(it has "confim")' in said[0]
+
+
+@pytest.fixture
+def leftovers(stack: Stack, tmp_path: Path) -> Iterator[None]:
+    """Cancel, after the test, every task a ``call`` under test left behind (a failing run must
+    not keep the shared worker's slots busy for the tests after it)."""
+    yield
+    saved = tmp_path / "state" / "mcp-celery-tasks" / "tasks.json"
+    if saved.exists():
+        client = Client(stack.url)
+        for task_id in json.loads(saved.read_text() or "{}"):
+            client.cancel(task_id)
+
+
+def _no_terminal(stack: Stack, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``call`` as a script runs it: stdin not a terminal. Also how long it took."""
+    began = time.monotonic()
+    ran = subprocess.run(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", "call", "--url", stack.url, *args],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return ran, time.monotonic() - began
+
+
+@pytest.mark.parametrize("mode", [["--json"], []], ids=["json", "stdin-not-a-terminal"])
+@pytest.mark.usefixtures("leftovers")
+def test_call_without_a_terminal_declines_sampling_at_once_and_ends(
+    stack: Stack, tmp_path: Path, mode: list[str]
+) -> None:
+    name = f"summarize-{tmp_path.name}.txt"
+    (Path(stack.env["MCP_EXAMPLES_FILES_ROOT"]) / name).write_text("A file to summarize.")
+    ran, took = _no_terminal(stack, tmp_path, "summarize_file", "--arg", f"path={name}", *mode)
+    assert took < 30, ran.stderr  # used to wait on the sampling request until killed
+    assert ran.returncode == 1, ran.stderr  # the tool's error: the declined model said nothing
+    assert 'declined sampling request "summary": no terminal to answer it (use --answers FILE)' in ran.stderr
+    if mode:
+        task = json.loads(ran.stdout)
+        assert task["status"] == "completed" and task["result"]["isError"] is True
+        assert "the client's model (none) answered without any text" in task["result"]["content"][0]["text"]
+    else:
+        assert "the client's model (none) answered without any text" in ran.stdout
+        assert ran.stderr.strip().splitlines()[-1].startswith("tool error after ")
 
 
 def test_tools_lists_name_mode_arguments_and_description(stack: Stack, tmp_path: Path) -> None:
