@@ -3,23 +3,23 @@
 Spinner, elapsed time and the statusMessage while it runs; each input request asked once
 (a form built from the requested schema); Ctrl-C sends tasks/cancel; the result at the end,
 then one closing status line. ``--json`` makes it quiet and scriptable (answers from
-``--answers FILE`` or declined, each decline said on stderr). Tools are learned from
-``tools/list`` only, so any SEP-2663 server will do.
+``--answers FILE`` or declined, each decline said on stderr). Arguments are checked against the
+tool's ``inputSchema`` (names, required ones, JSON types) before anything is sent. Tools are
+learned from ``tools/list`` only, so any SEP-2663 server will do.
 
 The result goes to stdout; the live line, forms, status and errors go to stderr (one line per
 error, never a traceback). Exit codes:
 
 - 0: the task completed.
 - 1: the task failed or was cancelled, or the tool reported an error (``isError``).
-- 2: refused before anything ran: a usage mistake (unknown tool or argument, a bad ``--answers``
-  file, a wrong ``--url`` or token) or a JSON-RPC error from the server.
+- 2: refused before anything ran: a usage mistake (unknown tool or argument, a value of the wrong
+  type, a bad ``--answers`` file, a wrong ``--url`` or token) or a JSON-RPC error from the server.
 - 3: no MCP answer from the server: connection refused, timed out, or not an MCP endpoint.
 - 130: interrupted with Ctrl-C (the task was cancelled).
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import sys
 import time
@@ -35,6 +35,7 @@ from rich.markup import escape
 from rich.spinner import Spinner
 from rich.text import Text
 
+from mcp_celery_tasks.client.arguments import UsageError, check_call, parse_args
 from mcp_celery_tasks.client.forms import Answerer, AnswersError, load_answers
 from mcp_celery_tasks.client.protocol import (
     TERMINAL,
@@ -44,7 +45,7 @@ from mcp_celery_tasks.client.protocol import (
     TasksClient,
     TaskStore,
 )
-from mcp_celery_tasks.client.view import arguments_text, duration, print_tools, show_result
+from mcp_celery_tasks.client.view import duration, print_tools, show_result
 
 __all__ = ["check_call", "parse_args", "run_call", "run_tools"]
 
@@ -54,50 +55,6 @@ EXIT_REFUSED = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130
 CAPABILITIES: dict[str, Any] = {"elicitation": {}, "sampling": {}, "roots": {}}
-
-
-class UsageError(Exception):
-    """The command line asks for something that cannot work; said before any task starts."""
-
-
-def parse_args(pairs: list[str]) -> dict[str, Any]:
-    """``k=v`` pairs; values are JSON when they parse as JSON, else strings."""
-    arguments: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--arg expects key=value, got {pair!r}")
-        try:
-            arguments[key] = json.loads(value)
-        except ValueError:
-            arguments[key] = value
-    return arguments
-
-
-def check_call(tools: list[dict[str, Any]], name: str, arguments: dict[str, Any]) -> None:
-    """Refuse an unknown tool, an argument its inputSchema does not have, or a missing one."""
-    by_name = {str(t["name"]): t for t in tools}
-    if name not in by_name:
-        close = difflib.get_close_matches(name, list(by_name), n=3)
-        hint = f"did you mean {' or '.join(close)}? " if close else ""
-        listed = ", ".join(sorted(by_name)) or "none"
-        raise UsageError(f"unknown tool {name!r}: {hint}Tools on this server: {listed}")
-    schema = by_name[name].get("inputSchema") or {}
-    properties = list(schema.get("properties") or {})
-    extra = schema.get("additionalProperties")
-    unknown = [key for key in arguments if key not in properties]
-    if unknown and extra is not True and not isinstance(extra, dict):
-        if not properties:
-            raise UsageError(f"{name} takes no arguments, got {', '.join(unknown)}")
-        close = [m for key in unknown for m in difflib.get_close_matches(key, properties, n=1)]
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise UsageError(
-            f"{name} has no argument {', '.join(unknown)}{hint}; its arguments: {arguments_text(schema)}"
-        )
-    missing = [key for key in schema.get("required") or [] if key not in arguments]
-    if missing:
-        needed = " ".join(f"--arg {key}=…" for key in missing)
-        raise UsageError(f"{name} needs {needed}; its arguments: {arguments_text(schema)}")
 
 
 def _error(console: Console, message: str) -> None:
@@ -188,8 +145,8 @@ def run_call(
     try:
         if (tool is None) == (resume is None):
             raise UsageError("name a tool, or --resume TASK_ID (not both)")
-        arguments = parse_args(args)
-        if resume is not None and arguments:
+        texts = parse_args(args)
+        if resume is not None and texts:
             raise UsageError("--arg goes with a tool name, not with --resume")
         answers = load_answers(answers_file) if answers_file else {}
     except (UsageError, AnswersError) as exc:
@@ -201,7 +158,7 @@ def run_call(
         if resume is not None:
             return call.resume(resume, url_given=url_given)
         assert tool is not None
-        return call.start(tool, arguments)
+        return call.start(tool, texts)
     except KeyboardInterrupt:
         return call.interrupted()
     except UsageError as exc:
@@ -245,8 +202,8 @@ class _Call:
             if self.live is not None:
                 self.live.start()
 
-    def start(self, name: str, arguments: dict[str, Any]) -> int:
-        check_call(self.client.list_tools(), name, arguments)
+    def start(self, name: str, texts: dict[str, str]) -> int:
+        arguments = check_call(self.client.list_tools(), name, texts)
         self.clock = _Clock()
         result = self.client.call_tool(name, arguments)
         rounds = 0

@@ -77,10 +77,6 @@ def test_call_resume_picks_up_a_task_started_elsewhere(stack: Stack, tmp_path: P
 
 
 def test_call_reports_a_json_rpc_error_in_one_line(stack: Stack, tmp_path: Path) -> None:
-    # Arguments of the wrong type are a tool error the model can correct (no task, exit 1).
-    wrong = _call(stack, tmp_path, "slow_compute", "--arg", "seconds=soon", "--json")
-    assert wrong.returncode == 1
-    assert json.loads(wrong.stdout)["result"]["isError"] is True and "seconds" in wrong.stdout
     unknown = _call(stack, tmp_path, "--resume", "no-such-task", "--json")
     assert unknown.returncode == 2
     assert "(-32602)" in _one_error_line(unknown)
@@ -133,6 +129,19 @@ def test_call_refuses_a_mistyped_argument_before_calling(stack: Stack, tmp_path:
     missing = _call(stack, tmp_path, "count_words")
     assert missing.returncode == 2
     assert "count_words needs --arg paths=…" in _one_error_line(missing)
+
+
+def test_call_refuses_an_argument_of_the_wrong_type_before_calling(stack: Stack, tmp_path: Path) -> None:
+    for args in (["--arg", "seconds=soon"], ["--arg", "seconds=soon", "--json"]):
+        refused = _call(stack, tmp_path, "slow_compute", *args)
+        assert refused.returncode == 2, refused.stderr
+        assert (
+            _one_error_line(refused) == "error: --arg seconds=soon: slow_compute takes a number for seconds"
+        )
+        assert refused.stdout == ""
+    assert not (tmp_path / "state" / "mcp-celery-tasks" / "tasks.json").exists()  # no task started
+    typed = _call(stack, tmp_path, "slow_compute", "--arg", "seconds=0.1", "--arg", "label=42", "--json")
+    assert json.loads(typed.stdout)["result"]["content"][0]["text"] == "done after 0.1s (42)"
 
 
 def test_call_suggests_a_tool_for_an_unknown_name(stack: Stack, tmp_path: Path) -> None:
