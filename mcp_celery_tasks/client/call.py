@@ -45,7 +45,7 @@ from mcp_celery_tasks.client.protocol import (
     TasksClient,
     TaskStore,
 )
-from mcp_celery_tasks.client.view import duration, print_tools, show_result
+from mcp_celery_tasks.client.view import duration, heard_from_tool, live_status, print_tools, show_result
 
 __all__ = ["check_call", "parse_args", "run_call", "run_tools"]
 
@@ -187,6 +187,8 @@ class _Call:
         self.clock = _Clock()
         self.live: Live | None = None
         self.task_id: str | None = None
+        self.heard = False
+        """Whether the tool has shown it runs (``view.heard_from_tool``), for the live line."""
         interactive = not as_json and sys.stdin.isatty()
         self.answerer = Answerer(err, interactive=interactive, answers=answers, pause=self._paused)
 
@@ -246,7 +248,8 @@ class _Call:
         spinner = Spinner("dots", text="starting")
 
         def show(current: dict[str, Any]) -> None:
-            message = current.get("statusMessage") or ""
+            self.heard = self.heard or heard_from_tool(current)
+            message = live_status(current, heard=self.heard)
             spinner.update(text=Text(f"{current['status']}  {duration(self.clock.elapsed())}  {message}"))
 
         with Live(spinner, console=self.err, refresh_per_second=8, transient=True) as live:

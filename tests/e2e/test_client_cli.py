@@ -343,6 +343,31 @@ def test_terminal_ctrl_c_cancels_the_task(stack: Stack, tmp_path: Path, tmux: st
     assert stack.row(task_id)["status"] == "cancelled"
 
 
+@pytest.mark.usefixtures("leftovers")
+def test_terminal_live_line_says_a_task_waits_before_its_tool_reports(
+    stack: Stack, tmp_path: Path, tmux: str
+) -> None:
+    client = Client(stack.url)
+    busy = [client.start("slow_compute", {"seconds": 120, "label": "busy"}) for _ in range(2)]
+    try:
+        wait_until(  # both worker slots taken (the stack's worker runs two)
+            lambda: all(stack.row(t)["started_at"] is not None for t in busy), 60, 0.1, what="busy slots"
+        )
+        _start(tmux, stack, tmp_path, "slow_compute", "--arg", "seconds=0.5", "--arg", "label=later")
+        wait_until(
+            lambda: "waiting for a worker slot or the tool's first report" in _screen(tmux),
+            30,
+            0.1,
+            what="the waiting line",
+        )
+        assert "working" in _screen(tmux)
+    finally:
+        for task_id in busy:
+            client.cancel(task_id)
+    wait_until(lambda: "EXIT=0" in _screen(tmux), 60, 0.1, what="the call to finish once a slot is free")
+    assert "done after 0.5s (later)" in _screen(tmux)
+
+
 def test_call_drives_another_sep_2663_server_fastmcp_tasks(tmp_path: Path) -> None:
     """Opt-in (MCP_TASKS_TEST_FASTMCP_PYTHON=<python with fastmcp[tasks]==4.1.4>): the same
     client against the peer implementation, including an input round trip."""

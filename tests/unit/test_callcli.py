@@ -12,7 +12,14 @@ import pytest
 from rich.console import Console
 
 from mcp_celery_tasks.client.arguments import UsageError, check_call, parse_args
-from mcp_celery_tasks.client.view import duration, show_result, task_mode
+from mcp_celery_tasks.client.view import (
+    NOT_STARTED,
+    duration,
+    heard_from_tool,
+    live_status,
+    show_result,
+    task_mode,
+)
 from tests.support import ROOT
 
 TOOLS: list[dict[str, Any]] = [
@@ -124,6 +131,18 @@ def test_values_of_the_right_type_are_sent_as_json_and_text_stays_text() -> None
     assert check_call(TYPED, "typed", parse_args(['label="quoted"'])) == {"label": "quoted"}
 
 
+def test_the_live_line_says_a_silent_task_may_still_wait_for_a_worker() -> None:
+    created = {"taskId": "t", "status": "working"}
+    assert live_status(created, heard=heard_from_tool(created)) == NOT_STARTED
+    queued = {"taskId": "t", "status": "working", "statusMessage": "queued: 3 ahead"}
+    assert not heard_from_tool(queued)  # the server's word on the backlog, not the tool's
+    assert live_status(queued, heard=False) == "queued: 3 ahead"
+    running = {"taskId": "t", "status": "working", "statusMessage": "computing"}
+    assert heard_from_tool(running) and live_status(running, heard=True) == "computing"
+    assert live_status(created, heard=True) == ""  # the tool ran and has nothing to say now
+    assert heard_from_tool({"taskId": "t", "status": "input_required"})
+
+
 def test_the_task_mode_comes_from_meta_or_execution() -> None:
     assert [task_mode(t) for t in TOOLS] == ["optional", None, None, None, "required"]
 
@@ -190,3 +209,4 @@ def test_the_client_reads_the_mode_key_the_server_writes() -> None:
     from mcp_celery_tasks.client import view as callview
 
     assert callview.MODE == wire.TOOL_MODE_META_KEY
+    assert callview.PLACE_IN_LINE == wire.PLACE_IN_LINE
