@@ -1,11 +1,13 @@
 """``mcp-celery-tasks call`` and ``tools``: call a tool as a task and follow it in the terminal.
 
 Spinner, elapsed time and the statusMessage while it runs; each input request asked once
-(a form built from the requested schema); Ctrl-C sends tasks/cancel; the result at the end,
-then one closing status line. ``--json`` makes it quiet and scriptable (answers from
-``--answers FILE`` or declined, each decline said on stderr). Arguments are checked against the
-tool's ``inputSchema`` (names, required ones, JSON types) before anything is sent. Tools are
-learned from ``tools/list`` only, so any SEP-2663 server will do.
+(a form built from the requested schema); Ctrl-C, SIGTERM and SIGHUP (a closed terminal) send
+tasks/cancel, or with ``--detach`` leave the task running for a later ``--resume``; the result
+at the end, then one closing status line. ``--json`` makes it quiet and scriptable. Without a
+terminal to ask in (``--json``, or stdin not a terminal) a call never waits on a question: it
+answers from ``--answers FILE`` or declines at once, each decline said on stderr. Arguments are
+checked against the tool's ``inputSchema`` (names, required ones, JSON types) before anything is
+sent. Tools are learned from ``tools/list`` only, so any SEP-2663 server will do.
 
 The result goes to stdout; the live line, forms, status and errors go to stderr (one line per
 error, never a traceback). Exit codes:
@@ -15,7 +17,8 @@ error, never a traceback). Exit codes:
 - 2: refused before anything ran: a usage mistake (unknown tool or argument, a value of the wrong
   type, a bad ``--answers`` file, a wrong ``--url`` or token) or a JSON-RPC error from the server.
 - 3: no MCP answer from the server: connection refused, timed out, or not an MCP endpoint.
-- 130: interrupted with Ctrl-C (the task was cancelled).
+- 130: interrupted with Ctrl-C, SIGTERM or SIGHUP (the task was cancelled, or with ``--detach``
+  left running).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from mcp_celery_tasks.client.protocol import (
     TasksClient,
     TaskStore,
 )
+from mcp_celery_tasks.client.stopping import Stopped, signals_stop
 from mcp_celery_tasks.client.view import duration, heard_from_tool, live_status, print_tools, show_result
 
 __all__ = ["check_call", "parse_args", "run_call", "run_tools"]
@@ -140,7 +144,9 @@ def run_call(
     as_json: bool,
     answers_file: Path | None,
     timeout: float,
+    detach: bool = False,
 ) -> int:
+    """``mcp-celery-tasks call``: start (or resume) a task, follow it to its end; the exit code."""
     err = Console(stderr=True, soft_wrap=True)
     try:
         if (tool is None) == (resume is None):
@@ -153,14 +159,20 @@ def run_call(
         _error(err, str(exc))
         return EXIT_REFUSED
     client = TasksClient(url, token=token, capabilities=CAPABILITIES, timeout_s=timeout)
-    call = _Call(err, client, as_json=as_json, answers=answers)
+    call = _Call(err, client, as_json=as_json, answers=answers, detach=detach)
+    with signals_stop():
+        return _run(call, tool, texts, resume, url_given=url_given)
+
+
+def _run(call: _Call, tool: str | None, texts: dict[str, str], resume: str | None, *, url_given: bool) -> int:
+    err = call.err
     try:
         if resume is not None:
             return call.resume(resume, url_given=url_given)
         assert tool is not None
         return call.start(tool, texts)
-    except KeyboardInterrupt:
-        return call.interrupted()
+    except KeyboardInterrupt as exc:
+        return call.interrupted(str(exc) if isinstance(exc, Stopped) else None)
     except UsageError as exc:
         _error(err, str(exc))
         return EXIT_REFUSED
@@ -177,16 +189,26 @@ class _Call:
     """One ``call``: start or resume a task, follow it, answer its questions, show how it ended."""
 
     def __init__(
-        self, err: Console, client: TasksClient, *, as_json: bool, answers: dict[str, dict[str, Any]]
+        self,
+        err: Console,
+        client: TasksClient,
+        *,
+        as_json: bool,
+        answers: dict[str, dict[str, Any]],
+        detach: bool = False,
     ) -> None:
         self.err = err
         self.out = Console()
         self.client = client
         self.as_json = as_json
+        self.detach = detach
         self.store = TaskStore()
         self.clock = _Clock()
         self.live: Live | None = None
         self.task_id: str | None = None
+        self.tool = ""
+        self.last: dict[str, Any] = {}
+        """The latest snapshot of the task (what ``--json`` prints when ``--detach`` leaves it)."""
         self.heard = False
         """Whether the tool has shown it runs (``view.heard_from_tool``), for the live line."""
         interactive = not as_json and sys.stdin.isatty()
@@ -206,6 +228,7 @@ class _Call:
 
     def start(self, name: str, texts: dict[str, str]) -> int:
         arguments = check_call(self.client.list_tools(), name, texts)
+        self.tool = name
         self.clock = _Clock()
         result = self.client.call_tool(name, arguments)
         rounds = 0
@@ -242,13 +265,17 @@ class _Call:
         self.clock.since(task.get("createdAt"))
         return self._finish(self._follow(task), cancelled_here=False)
 
+    def _seen(self, task: dict[str, Any]) -> None:
+        self.last = task
+        self.heard = self.heard or heard_from_tool(task)
+
     def _follow(self, task: dict[str, Any]) -> dict[str, Any]:
         if self.as_json:
-            return self.client.follow(task, on_update=lambda t: None, answer=self.answerer)
+            return self.client.follow(task, on_update=self._seen, answer=self.answerer)
         spinner = Spinner("dots", text="starting")
 
         def show(current: dict[str, Any]) -> None:
-            self.heard = self.heard or heard_from_tool(current)
+            self._seen(current)
             message = live_status(current, heard=self.heard)
             spinner.update(text=Text(f"{current['status']}  {duration(self.clock.elapsed())}  {message}"))
 
@@ -259,12 +286,16 @@ class _Call:
             finally:
                 self.live = None
 
-    def interrupted(self) -> int:
-        """Ctrl-C: cancel the task (if there is one yet) and show how it ended."""
+    def interrupted(self, signal_name: str | None) -> int:
+        """Ctrl-C, SIGTERM or SIGHUP: cancel the task (if there is one yet) and show how it ended;
+        with ``--detach``, leave it running and say how to follow it again."""
+        said = f"{signal_name}: " if signal_name else ""
         if self.task_id is None:
-            self.err.print("interrupted")
+            self.err.print(f"{said}interrupted")
             return EXIT_INTERRUPTED
-        self.err.print("\ncancelling…")
+        if self.detach:
+            return self._detached(self.task_id, said)
+        self.err.print(f"\n{said}cancelling…")
         try:
             self.client.cancel(self.task_id)
             final = self._wait_terminal(self.task_id)
@@ -275,6 +306,18 @@ class _Call:
             _error(self.err, f"could not cancel task {self.task_id}: {_client_message(exc)}")
             return _exit_code(exc)
         return self._finish(final, cancelled_here=True)
+
+    def _detached(self, task_id: str, said: str) -> int:
+        if self.store.get(task_id) is None:
+            self.store.add(task_id, self.client.url, self.tool)
+        if self.as_json:
+            print(json.dumps(self.last or {"taskId": task_id}, indent=2, ensure_ascii=False))
+        self.err.print(
+            f"\n{said}left task {task_id} running (--detach); "
+            f"follow it with: mcp-celery-tasks call --resume {task_id}",
+            soft_wrap=True,
+        )
+        return EXIT_INTERRUPTED
 
     def _wait_terminal(self, task_id: str, limit_s: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + limit_s

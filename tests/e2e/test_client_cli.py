@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -213,6 +214,68 @@ def test_call_without_a_terminal_declines_sampling_at_once_and_ends(
         assert ran.stderr.strip().splitlines()[-1].startswith("tool error after ")
 
 
+def _popen(stack: Stack, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", "call", "--url", stack.url, *args],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _running_task(stack: Stack, tmp_path: Path) -> str:
+    """The id of the task the ``call`` under test started, once a worker runs its tool."""
+    saved = tmp_path / "state" / "mcp-celery-tasks" / "tasks.json"
+
+    def running() -> str | None:
+        try:
+            ids = list(json.loads(saved.read_text()))
+        except (FileNotFoundError, ValueError):
+            return None
+        return ids[0] if ids and stack.row(ids[0])["started_at"] is not None else None
+
+    return str(wait_until(running, 60, 0.1, what="the call's task to run"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.usefixtures("leftovers")
+def test_a_signal_cancels_the_task_like_ctrl_c(stack: Stack, tmp_path: Path, sig: signal.Signals) -> None:
+    call = _popen(stack, tmp_path, "slow_compute", "--arg", "seconds=120", "--json")
+    try:
+        task_id = _running_task(stack, tmp_path)
+        call.send_signal(sig)
+        out, err = call.communicate(timeout=30)
+    finally:
+        call.kill()
+    assert call.returncode == 130, err
+    assert f"{sig.name}: cancelling…" in err
+    assert json.loads(out)["status"] == "cancelled"
+    assert stack.row(task_id)["status"] == "cancelled"
+
+
+@pytest.mark.usefixtures("leftovers")
+def test_with_detach_a_signal_leaves_the_task_running_to_resume(stack: Stack, tmp_path: Path) -> None:
+    call = _popen(stack, tmp_path, "slow_compute", "--arg", "seconds=3", "--arg", "label=kept", "--detach")
+    try:
+        task_id = _running_task(stack, tmp_path)
+        call.send_signal(signal.SIGTERM)
+        _, err = call.communicate(timeout=30)
+    finally:
+        call.kill()
+    assert call.returncode == 130, err
+    assert (
+        f"SIGTERM: left task {task_id} running (--detach); "
+        f"follow it with: mcp-celery-tasks call --resume {task_id}"
+    ) in err
+    assert stack.row(task_id)["status"] == "working"
+    resumed = _run(tmp_path, "call", "--resume", task_id, "--json")  # the URL is remembered
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["result"]["content"][0]["text"] == "done after 3.0s (kept)"
+
+
 def test_tools_lists_name_mode_arguments_and_description(stack: Stack, tmp_path: Path) -> None:
     listed = _run(tmp_path, "tools", "--url", stack.url)
     assert listed.returncode == 0, listed.stderr
@@ -341,6 +404,15 @@ def test_terminal_ctrl_c_cancels_the_task(stack: Stack, tmp_path: Path, tmux: st
     wait_until(lambda: "EXIT=130" in _screen(tmux), 30, 0.1, what="the call to exit after Ctrl-C")
     assert "cancelled" in _screen(tmux)
     assert stack.row(task_id)["status"] == "cancelled"
+
+
+@pytest.mark.usefixtures("leftovers")
+def test_terminal_closed_cancels_the_task(stack: Stack, tmp_path: Path, tmux: str) -> None:
+    _start(tmux, stack, tmp_path, "slow_compute", "--arg", "seconds=120", "--arg", "label=closed")
+    wait_until(lambda: "computing closed" in _screen(tmux), 30, 0.1, what="the live status line")
+    task_id = _screen(tmux).split("task ", 1)[1].split()[0]
+    subprocess.run(["tmux", "kill-session", "-t", tmux], check=True)  # SIGHUP, as a closed window
+    wait_until(lambda: stack.row(task_id)["status"] == "cancelled", 30, 0.2, what="the task cancelled")
 
 
 @pytest.mark.usefixtures("leftovers")
