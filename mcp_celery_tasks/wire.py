@@ -32,6 +32,7 @@ __all__ = [
     "CLIENT_INFO_META_KEY",
     "LEGACY_VERSIONS",
     "MODERN_VERSION",
+    "PLACE_IN_LINE",
     "PROTOCOL_VERSION_META_KEY",
     "SERVER_INFO_META_KEY",
     "TASKS_EXTENSION",
@@ -70,6 +71,10 @@ TOOL_MODE_META_KEY = "io.github.mcp-celery-tasks/taskSupport"
 """A tool's task mode in its ``_meta`` (forbidden / optional / required): 2026-07-28 has no
 tool-level task flag (SPEC-CHECKLIST Q-19). Our own prefix: ``io.modelcontextprotocol/`` is
 reserved for MCP's keys, and a key's name may not contain a slash (CORE-BASIC ``_meta``)."""
+
+PLACE_IN_LINE = "queued: "
+"""How the ``statusMessage`` of a task still in the fair backlog begins (``queued: 12 ahead``);
+the terminal client reads it as the server's word, not the tool's."""
 
 
 class WireModel(BaseModel):

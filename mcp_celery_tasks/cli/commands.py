@@ -294,12 +294,24 @@ def call(
         ),
     ] = None,
     timeout: TimeoutOpt = 60.0,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach",
+            help="Ctrl-C, SIGTERM or a closed terminal leave the task running (follow it with --resume)",
+        ),
+    ] = False,
 ) -> None:
-    """Call a tool as a task on any SEP-2663 server and follow it (Ctrl-C cancels it).
+    """Call a tool as a task on any SEP-2663 server and follow it.
 
-    Exit codes: 0 completed; 1 the task failed or was cancelled, or the tool reported an error;
-    2 refused (a usage mistake, or a JSON-RPC error from the server); 3 no MCP answer from the
-    server (refused, timed out); 130 interrupted with Ctrl-C.
+    Ctrl-C, SIGTERM or a closed terminal cancel the task (with --detach: leave
+    it running). Without a terminal (--json, or stdin not a terminal) every
+    input request without an --answers entry is declined at once.
+
+    Exit codes: 0 completed; 1 the task failed or was cancelled, or the tool
+    reported an error; 2 refused (a usage mistake such as a wrong argument
+    type, or a JSON-RPC error from the server); 3 no MCP answer from the
+    server (refused, timed out); 130 interrupted (Ctrl-C, SIGTERM, SIGHUP).
     """
     from mcp_celery_tasks.client.call import run_call
 
@@ -315,6 +327,7 @@ def call(
             as_json=as_json,
             answers_file=answers,
             timeout=timeout,
+            detach=detach,
         )
     )
 

@@ -1,25 +1,28 @@
 """``mcp-celery-tasks call`` and ``tools``: call a tool as a task and follow it in the terminal.
 
 Spinner, elapsed time and the statusMessage while it runs; each input request asked once
-(a form built from the requested schema); Ctrl-C sends tasks/cancel; the result at the end,
-then one closing status line. ``--json`` makes it quiet and scriptable (answers from
-``--answers FILE`` or declined, each decline said on stderr). Tools are learned from
-``tools/list`` only, so any SEP-2663 server will do.
+(a form built from the requested schema); Ctrl-C, SIGTERM and SIGHUP (a closed terminal) send
+tasks/cancel, or with ``--detach`` leave the task running for a later ``--resume``; the result
+at the end, then one closing status line. ``--json`` makes it quiet and scriptable. Without a
+terminal to ask in (``--json``, or stdin not a terminal) a call never waits on a question: it
+answers from ``--answers FILE`` or declines at once, each decline said on stderr. Arguments are
+checked against the tool's ``inputSchema`` (names, required ones, JSON types) before anything is
+sent. Tools are learned from ``tools/list`` only, so any SEP-2663 server will do.
 
 The result goes to stdout; the live line, forms, status and errors go to stderr (one line per
 error, never a traceback). Exit codes:
 
 - 0: the task completed.
 - 1: the task failed or was cancelled, or the tool reported an error (``isError``).
-- 2: refused before anything ran: a usage mistake (unknown tool or argument, a bad ``--answers``
-  file, a wrong ``--url`` or token) or a JSON-RPC error from the server.
+- 2: refused before anything ran: a usage mistake (unknown tool or argument, a value of the wrong
+  type, a bad ``--answers`` file, a wrong ``--url`` or token) or a JSON-RPC error from the server.
 - 3: no MCP answer from the server: connection refused, timed out, or not an MCP endpoint.
-- 130: interrupted with Ctrl-C (the task was cancelled).
+- 130: interrupted with Ctrl-C, SIGTERM or SIGHUP (the task was cancelled, or with ``--detach``
+  left running).
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import sys
 import time
@@ -35,6 +38,7 @@ from rich.markup import escape
 from rich.spinner import Spinner
 from rich.text import Text
 
+from mcp_celery_tasks.client.arguments import UsageError, check_call, parse_args
 from mcp_celery_tasks.client.forms import Answerer, AnswersError, load_answers
 from mcp_celery_tasks.client.protocol import (
     TERMINAL,
@@ -44,7 +48,8 @@ from mcp_celery_tasks.client.protocol import (
     TasksClient,
     TaskStore,
 )
-from mcp_celery_tasks.client.view import arguments_text, duration, print_tools, show_result
+from mcp_celery_tasks.client.stopping import Stopped, signals_stop
+from mcp_celery_tasks.client.view import duration, heard_from_tool, live_status, print_tools, show_result
 
 __all__ = ["check_call", "parse_args", "run_call", "run_tools"]
 
@@ -54,50 +59,6 @@ EXIT_REFUSED = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130
 CAPABILITIES: dict[str, Any] = {"elicitation": {}, "sampling": {}, "roots": {}}
-
-
-class UsageError(Exception):
-    """The command line asks for something that cannot work; said before any task starts."""
-
-
-def parse_args(pairs: list[str]) -> dict[str, Any]:
-    """``k=v`` pairs; values are JSON when they parse as JSON, else strings."""
-    arguments: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--arg expects key=value, got {pair!r}")
-        try:
-            arguments[key] = json.loads(value)
-        except ValueError:
-            arguments[key] = value
-    return arguments
-
-
-def check_call(tools: list[dict[str, Any]], name: str, arguments: dict[str, Any]) -> None:
-    """Refuse an unknown tool, an argument its inputSchema does not have, or a missing one."""
-    by_name = {str(t["name"]): t for t in tools}
-    if name not in by_name:
-        close = difflib.get_close_matches(name, list(by_name), n=3)
-        hint = f"did you mean {' or '.join(close)}? " if close else ""
-        listed = ", ".join(sorted(by_name)) or "none"
-        raise UsageError(f"unknown tool {name!r}: {hint}Tools on this server: {listed}")
-    schema = by_name[name].get("inputSchema") or {}
-    properties = list(schema.get("properties") or {})
-    extra = schema.get("additionalProperties")
-    unknown = [key for key in arguments if key not in properties]
-    if unknown and extra is not True and not isinstance(extra, dict):
-        if not properties:
-            raise UsageError(f"{name} takes no arguments, got {', '.join(unknown)}")
-        close = [m for key in unknown for m in difflib.get_close_matches(key, properties, n=1)]
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise UsageError(
-            f"{name} has no argument {', '.join(unknown)}{hint}; its arguments: {arguments_text(schema)}"
-        )
-    missing = [key for key in schema.get("required") or [] if key not in arguments]
-    if missing:
-        needed = " ".join(f"--arg {key}=…" for key in missing)
-        raise UsageError(f"{name} needs {needed}; its arguments: {arguments_text(schema)}")
 
 
 def _error(console: Console, message: str) -> None:
@@ -183,27 +144,35 @@ def run_call(
     as_json: bool,
     answers_file: Path | None,
     timeout: float,
+    detach: bool = False,
 ) -> int:
+    """``mcp-celery-tasks call``: start (or resume) a task, follow it to its end; the exit code."""
     err = Console(stderr=True, soft_wrap=True)
     try:
         if (tool is None) == (resume is None):
             raise UsageError("name a tool, or --resume TASK_ID (not both)")
-        arguments = parse_args(args)
-        if resume is not None and arguments:
+        texts = parse_args(args)
+        if resume is not None and texts:
             raise UsageError("--arg goes with a tool name, not with --resume")
         answers = load_answers(answers_file) if answers_file else {}
     except (UsageError, AnswersError) as exc:
         _error(err, str(exc))
         return EXIT_REFUSED
     client = TasksClient(url, token=token, capabilities=CAPABILITIES, timeout_s=timeout)
-    call = _Call(err, client, as_json=as_json, answers=answers)
+    call = _Call(err, client, as_json=as_json, answers=answers, detach=detach)
+    with signals_stop():
+        return _run(call, tool, texts, resume, url_given=url_given)
+
+
+def _run(call: _Call, tool: str | None, texts: dict[str, str], resume: str | None, *, url_given: bool) -> int:
+    err = call.err
     try:
         if resume is not None:
             return call.resume(resume, url_given=url_given)
         assert tool is not None
-        return call.start(tool, arguments)
-    except KeyboardInterrupt:
-        return call.interrupted()
+        return call.start(tool, texts)
+    except KeyboardInterrupt as exc:
+        return call.interrupted(str(exc) if isinstance(exc, Stopped) else None)
     except UsageError as exc:
         _error(err, str(exc))
         return EXIT_REFUSED
@@ -220,16 +189,28 @@ class _Call:
     """One ``call``: start or resume a task, follow it, answer its questions, show how it ended."""
 
     def __init__(
-        self, err: Console, client: TasksClient, *, as_json: bool, answers: dict[str, dict[str, Any]]
+        self,
+        err: Console,
+        client: TasksClient,
+        *,
+        as_json: bool,
+        answers: dict[str, dict[str, Any]],
+        detach: bool = False,
     ) -> None:
         self.err = err
         self.out = Console()
         self.client = client
         self.as_json = as_json
+        self.detach = detach
         self.store = TaskStore()
         self.clock = _Clock()
         self.live: Live | None = None
         self.task_id: str | None = None
+        self.tool = ""
+        self.last: dict[str, Any] = {}
+        """The latest snapshot of the task (what ``--json`` prints when ``--detach`` leaves it)."""
+        self.heard = False
+        """Whether the tool has shown it runs (``view.heard_from_tool``), for the live line."""
         interactive = not as_json and sys.stdin.isatty()
         self.answerer = Answerer(err, interactive=interactive, answers=answers, pause=self._paused)
 
@@ -245,8 +226,9 @@ class _Call:
             if self.live is not None:
                 self.live.start()
 
-    def start(self, name: str, arguments: dict[str, Any]) -> int:
-        check_call(self.client.list_tools(), name, arguments)
+    def start(self, name: str, texts: dict[str, str]) -> int:
+        arguments = check_call(self.client.list_tools(), name, texts)
+        self.tool = name
         self.clock = _Clock()
         result = self.client.call_tool(name, arguments)
         rounds = 0
@@ -283,13 +265,18 @@ class _Call:
         self.clock.since(task.get("createdAt"))
         return self._finish(self._follow(task), cancelled_here=False)
 
+    def _seen(self, task: dict[str, Any]) -> None:
+        self.last = task
+        self.heard = self.heard or heard_from_tool(task)
+
     def _follow(self, task: dict[str, Any]) -> dict[str, Any]:
         if self.as_json:
-            return self.client.follow(task, on_update=lambda t: None, answer=self.answerer)
+            return self.client.follow(task, on_update=self._seen, answer=self.answerer)
         spinner = Spinner("dots", text="starting")
 
         def show(current: dict[str, Any]) -> None:
-            message = current.get("statusMessage") or ""
+            self._seen(current)
+            message = live_status(current, heard=self.heard)
             spinner.update(text=Text(f"{current['status']}  {duration(self.clock.elapsed())}  {message}"))
 
         with Live(spinner, console=self.err, refresh_per_second=8, transient=True) as live:
@@ -299,12 +286,16 @@ class _Call:
             finally:
                 self.live = None
 
-    def interrupted(self) -> int:
-        """Ctrl-C: cancel the task (if there is one yet) and show how it ended."""
+    def interrupted(self, signal_name: str | None) -> int:
+        """Ctrl-C, SIGTERM or SIGHUP: cancel the task (if there is one yet) and show how it ended;
+        with ``--detach``, leave it running and say how to follow it again."""
+        said = f"{signal_name}: " if signal_name else ""
         if self.task_id is None:
-            self.err.print("interrupted")
+            self.err.print(f"{said}interrupted")
             return EXIT_INTERRUPTED
-        self.err.print("\ncancelling…")
+        if self.detach:
+            return self._detached(self.task_id, said)
+        self.err.print(f"\n{said}cancelling…")
         try:
             self.client.cancel(self.task_id)
             final = self._wait_terminal(self.task_id)
@@ -315,6 +306,18 @@ class _Call:
             _error(self.err, f"could not cancel task {self.task_id}: {_client_message(exc)}")
             return _exit_code(exc)
         return self._finish(final, cancelled_here=True)
+
+    def _detached(self, task_id: str, said: str) -> int:
+        if self.store.get(task_id) is None:
+            self.store.add(task_id, self.client.url, self.tool)
+        if self.as_json:
+            print(json.dumps(self.last or {"taskId": task_id}, indent=2, ensure_ascii=False))
+        self.err.print(
+            f"\n{said}left task {task_id} running (--detach); "
+            f"follow it with: mcp-celery-tasks call --resume {task_id}",
+            soft_wrap=True,
+        )
+        return EXIT_INTERRUPTED
 
     def _wait_terminal(self, task_id: str, limit_s: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + limit_s

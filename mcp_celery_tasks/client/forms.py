@@ -3,7 +3,8 @@ an ``--answers`` file checked before the call starts.
 
 A form never picks the consequential choice for the user: accept/decline/cancel has no
 default, a yes/no field without a schema default needs y or n, and Enter keeps only defaults
-the schema itself gives.
+the schema itself gives. Without a terminal to ask in, a request the answers file does not
+answer is declined at once, never left outstanding (a task waiting on it holds a worker).
 """
 
 from __future__ import annotations
@@ -20,8 +21,30 @@ from rich.prompt import InvalidResponse, PromptBase
 
 __all__ = ["Answerer", "AnswersError", "load_answers"]
 
+ELICIT = "elicitation/create"
+SAMPLE = "sampling/createMessage"
+ROOTS = "roots/list"
+KIND = {ELICIT: "form", SAMPLE: "sampling request"}
 ACTIONS = ("accept", "decline", "cancel")
 ANSWER_SHAPE = '{"action": "accept", "content": {...}}'
+SAMPLING_DECLINED: dict[str, Any] = {
+    "role": "assistant",
+    "content": {"type": "text", "text": ""},
+    "model": "none",
+    "stopReason": "declined",
+}
+"""What a sampling request we do not answer gets: an empty message from no model.
+
+A form has ``{"action": "decline"}``; sampling has no refusal in ``inputResponses``, whose
+values can only be an ElicitResult, a CreateMessageResult or a ListRootsResult (SEP-2663
+``tasks/update``, SPEC-CHECKLIST §1.6; the server checks them in
+``tools.inputs.validate_response``). Outside a task a client refuses sampling with a JSON-RPC
+error (MCP 2025-11-25, Client Features / Sampling / Error Handling: ``-1``, "User rejected
+sampling request"), which that map cannot carry. So the refusal is the CreateMessageResult the
+server accepts that a tool can tell apart: no text, ``model`` "none", and ``stopReason``
+"declined" (the schema leaves ``stopReason`` open to any string). Leaving the request
+outstanding instead would keep the task, and a worker, waiting for an answer that never comes.
+"""
 
 
 class AnswersError(ValueError):
@@ -110,40 +133,41 @@ class Answerer:
         params = request.get("params") or {}
         if key in self.answers:
             return self.answers[key]
-        if method == "elicitation/create" and "*" in self.answers:
+        if method == ELICIT and "*" in self.answers:
             return self.answers["*"]  # one answer for any form (keys are the server's)
-        if method == "roots/list":
+        if method == ROOTS:
             return {"roots": [{"uri": Path.cwd().as_uri(), "name": Path.cwd().name}]}
         if not self.interactive:
-            return self._unanswered(key, method, params)
+            return self._declined(key, method, params)
         with self.pause():
             try:
-                if method == "elicitation/create":
+                if method == ELICIT:
                     return self._form(params)
-                if method == "sampling/createMessage":
+                if method == SAMPLE:
                     return self._sample(params)
-            except EOFError:  # Ctrl-D: the form is dismissed, the task goes on
+            except EOFError:  # Ctrl-D: the question is dismissed, the task goes on
                 self.console.print()
-                return {"action": "cancel"} if method == "elicitation/create" else None
+                return {"action": "cancel"} if method == ELICIT else SAMPLING_DECLINED
         return None
 
-    def _unanswered(self, key: str, method: Any, params: dict[str, Any]) -> dict[str, Any] | None:
-        why = (
-            f"--answers has no {json.dumps(key)} or {json.dumps('*')}"
-            + (f" (it has {', '.join(json.dumps(k) for k in self.answers)})" if self.answers else "")
-            if self.answers
-            else "no terminal to ask in; give answers with --answers FILE"
-        )
-        question = params.get("message") or method
-        if method == "elicitation/create":
-            self.declined.append(key)
-            self.console.print(f"declined input {json.dumps(key)} ({question}): {why}", markup=False)
-            return {"action": "decline"}
-        self.console.print(
-            f"not answering input {json.dumps(key)} ({method}): {why}; the task waits for it",
-            markup=False,
-        )
-        return None
+    def _declined(self, key: str, method: Any, params: dict[str, Any]) -> dict[str, Any] | None:
+        """No terminal to ask in: decline at once and say so, so the task never waits for us."""
+        if self.answers:
+            alternative = f" or {json.dumps('*')}" if method == ELICIT else ""
+            listed = ", ".join(json.dumps(k) for k in self.answers)
+            why = f"--answers has no {json.dumps(key)}{alternative} (it has {listed})"
+        else:
+            why = "no terminal to answer it (use --answers FILE)"
+        question = f" ({params['message']})" if params.get("message") else ""
+        if method == ELICIT:
+            answer: dict[str, Any] = {"action": "decline"}
+        elif method == SAMPLE:
+            answer = SAMPLING_DECLINED
+        else:
+            return None  # not an input kind of the spec: nothing to decline it with
+        self.declined.append(key)
+        self.console.print(f"declined {KIND[method]} {json.dumps(key)}{question}: {why}", markup=False)
+        return answer
 
     def _form(self, params: dict[str, Any]) -> dict[str, Any]:
         self.console.print(f"\n[bold]{escape(str(params.get('message') or 'The tool asks:'))}[/bold]")

@@ -9,12 +9,26 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["arguments_text", "duration", "print_tools", "show_result", "task_mode"]
+__all__ = [
+    "arguments_text",
+    "duration",
+    "heard_from_tool",
+    "live_status",
+    "print_tools",
+    "show_result",
+    "task_mode",
+]
 
 MODE = "io.github.mcp-celery-tasks/taskSupport"
 """Where our server puts a tool's task mode (``wire.TOOL_MODE_META_KEY``; spelled out here so the
 client starts without the server's modules)."""
 HEADERS = ("tool", "mode", "arguments", "description")
+PLACE_IN_LINE = "queued: "
+"""How our server begins a fair-backlog task's statusMessage (``wire.PLACE_IN_LINE``): the
+server's word on where the task waits, not a sign its tool started."""
+NOT_STARTED = "waiting for a worker slot or the tool's first report"
+"""The live line of a working task that has said nothing yet. Which of the two it is, the
+protocol does not tell a client (a task in our fair backlog says its place in line instead)."""
 
 
 def task_mode(tool: dict[str, Any]) -> str | None:
@@ -81,6 +95,25 @@ def _tools_table(tools: list[dict[str, Any]], width: int) -> Table:
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
     return table
+
+
+def live_status(task: dict[str, Any], *, heard: bool) -> str:
+    """What the live line says after the status and the time: the task's ``statusMessage``, or
+    ``NOT_STARTED`` while it is working and nothing was ``heard`` from its tool yet (see
+    ``heard_from_tool``)."""
+    message = str(task.get("statusMessage") or "")
+    if not message and task.get("status") == "working" and not heard:
+        return NOT_STARTED
+    return message
+
+
+def heard_from_tool(task: dict[str, Any]) -> bool:
+    """Whether a task snapshot shows its tool has run: it asked for input, ended, or set a status
+    message other than the server's place in line."""
+    if task.get("status") != "working":
+        return True
+    message = str(task.get("statusMessage") or "")
+    return bool(message) and not message.startswith(PLACE_IN_LINE)
 
 
 def duration(seconds: float) -> str:

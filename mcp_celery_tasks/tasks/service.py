@@ -27,7 +27,7 @@ from mcp_celery_tasks.tasks.quotas import Quotas
 from mcp_celery_tasks.telemetry import metrics, tracing
 from mcp_celery_tasks.tools.inputs import validate_response
 from mcp_celery_tasks.tools.registry import ToolSpec
-from mcp_celery_tasks.wire import RequestMeta, declares_tasks
+from mcp_celery_tasks.wire import PLACE_IN_LINE, RequestMeta, declares_tasks
 
 __all__ = [
     "UNKNOWN_TASK",
@@ -184,7 +184,9 @@ class TaskService:
         if position is None:
             return record  # published meanwhile
         ahead, capped = position
-        return dataclasses.replace(record, status_message=f"queued: {ahead}{'+' if capped else ''} ahead")
+        return dataclasses.replace(
+            record, status_message=f"{PLACE_IN_LINE}{ahead}{'+' if capped else ''} ahead"
+        )
 
     async def view(self, record: TaskRecord) -> TaskView:
         if record.status != INPUT_REQUIRED:

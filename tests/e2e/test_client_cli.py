@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -77,10 +78,6 @@ def test_call_resume_picks_up_a_task_started_elsewhere(stack: Stack, tmp_path: P
 
 
 def test_call_reports_a_json_rpc_error_in_one_line(stack: Stack, tmp_path: Path) -> None:
-    # Arguments of the wrong type are a tool error the model can correct (no task, exit 1).
-    wrong = _call(stack, tmp_path, "slow_compute", "--arg", "seconds=soon", "--json")
-    assert wrong.returncode == 1
-    assert json.loads(wrong.stdout)["result"]["isError"] is True and "seconds" in wrong.stdout
     unknown = _call(stack, tmp_path, "--resume", "no-such-task", "--json")
     assert unknown.returncode == 2
     assert "(-32602)" in _one_error_line(unknown)
@@ -135,6 +132,19 @@ def test_call_refuses_a_mistyped_argument_before_calling(stack: Stack, tmp_path:
     assert "count_words needs --arg paths=…" in _one_error_line(missing)
 
 
+def test_call_refuses_an_argument_of_the_wrong_type_before_calling(stack: Stack, tmp_path: Path) -> None:
+    for args in (["--arg", "seconds=soon"], ["--arg", "seconds=soon", "--json"]):
+        refused = _call(stack, tmp_path, "slow_compute", *args)
+        assert refused.returncode == 2, refused.stderr
+        assert (
+            _one_error_line(refused) == "error: --arg seconds=soon: slow_compute takes a number for seconds"
+        )
+        assert refused.stdout == ""
+    assert not (tmp_path / "state" / "mcp-celery-tasks" / "tasks.json").exists()  # no task started
+    typed = _call(stack, tmp_path, "slow_compute", "--arg", "seconds=0.1", "--arg", "label=42", "--json")
+    assert json.loads(typed.stdout)["result"]["content"][0]["text"] == "done after 0.1s (42)"
+
+
 def test_call_suggests_a_tool_for_an_unknown_name(stack: Stack, tmp_path: Path) -> None:
     refused = _call(stack, tmp_path, "slow_compte")
     assert refused.returncode == 2
@@ -153,8 +163,117 @@ def test_call_json_says_which_questions_it_declined(stack: Stack, tmp_path: Path
     assert json.loads(declined.stdout)["result"]["content"][0]["text"] == "Kept z.txt (decline)"
     said = declined.stderr.strip().splitlines()
     assert len(said) == 1
-    assert said[0].startswith('declined input "') and "(Delete z.txt?)" in said[0]
+    assert said[0].startswith('declined form "') and "(Delete z.txt?)" in said[0]
     assert '--answers has no "' in said[0] and '(it has "confim")' in said[0]
+
+
+@pytest.fixture
+def leftovers(stack: Stack, tmp_path: Path) -> Iterator[None]:
+    """Cancel, after the test, every task a ``call`` under test left behind (a failing run must
+    not keep the shared worker's slots busy for the tests after it)."""
+    yield
+    saved = tmp_path / "state" / "mcp-celery-tasks" / "tasks.json"
+    if saved.exists():
+        client = Client(stack.url)
+        for task_id in json.loads(saved.read_text() or "{}"):
+            client.cancel(task_id)
+
+
+def _no_terminal(stack: Stack, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``call`` as a script runs it: stdin not a terminal. Also how long it took."""
+    began = time.monotonic()
+    ran = subprocess.run(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", "call", "--url", stack.url, *args],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return ran, time.monotonic() - began
+
+
+@pytest.mark.parametrize("mode", [["--json"], []], ids=["json", "stdin-not-a-terminal"])
+@pytest.mark.usefixtures("leftovers")
+def test_call_without_a_terminal_declines_sampling_at_once_and_ends(
+    stack: Stack, tmp_path: Path, mode: list[str]
+) -> None:
+    name = f"summarize-{tmp_path.name}.txt"
+    (Path(stack.env["MCP_EXAMPLES_FILES_ROOT"]) / name).write_text("A file to summarize.")
+    ran, took = _no_terminal(stack, tmp_path, "summarize_file", "--arg", f"path={name}", *mode)
+    assert took < 30, ran.stderr  # used to wait on the sampling request until killed
+    assert ran.returncode == 1, ran.stderr  # the tool's error: the declined model said nothing
+    assert 'declined sampling request "summary": no terminal to answer it (use --answers FILE)' in ran.stderr
+    if mode:
+        task = json.loads(ran.stdout)
+        assert task["status"] == "completed" and task["result"]["isError"] is True
+        assert "the client's model (none) answered without any text" in task["result"]["content"][0]["text"]
+    else:
+        assert "the client's model (none) answered without any text" in ran.stdout
+        assert ran.stderr.strip().splitlines()[-1].startswith("tool error after ")
+
+
+def _popen(stack: Stack, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", "call", "--url", stack.url, *args],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _running_task(stack: Stack, tmp_path: Path) -> str:
+    """The id of the task the ``call`` under test started, once a worker runs its tool."""
+    saved = tmp_path / "state" / "mcp-celery-tasks" / "tasks.json"
+
+    def running() -> str | None:
+        try:
+            ids = list(json.loads(saved.read_text()))
+        except (FileNotFoundError, ValueError):
+            return None
+        return ids[0] if ids and stack.row(ids[0])["started_at"] is not None else None
+
+    return str(wait_until(running, 60, 0.1, what="the call's task to run"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.usefixtures("leftovers")
+def test_a_signal_cancels_the_task_like_ctrl_c(stack: Stack, tmp_path: Path, sig: signal.Signals) -> None:
+    call = _popen(stack, tmp_path, "slow_compute", "--arg", "seconds=120", "--json")
+    try:
+        task_id = _running_task(stack, tmp_path)
+        call.send_signal(sig)
+        out, err = call.communicate(timeout=30)
+    finally:
+        call.kill()
+    assert call.returncode == 130, err
+    assert f"{sig.name}: cancelling…" in err
+    assert json.loads(out)["status"] == "cancelled"
+    assert stack.row(task_id)["status"] == "cancelled"
+
+
+@pytest.mark.usefixtures("leftovers")
+def test_with_detach_a_signal_leaves_the_task_running_to_resume(stack: Stack, tmp_path: Path) -> None:
+    call = _popen(stack, tmp_path, "slow_compute", "--arg", "seconds=3", "--arg", "label=kept", "--detach")
+    try:
+        task_id = _running_task(stack, tmp_path)
+        call.send_signal(signal.SIGTERM)
+        _, err = call.communicate(timeout=30)
+    finally:
+        call.kill()
+    assert call.returncode == 130, err
+    assert (
+        f"SIGTERM: left task {task_id} running (--detach); "
+        f"follow it with: mcp-celery-tasks call --resume {task_id}"
+    ) in err
+    assert stack.row(task_id)["status"] == "working"
+    resumed = _run(tmp_path, "call", "--resume", task_id, "--json")  # the URL is remembered
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["result"]["content"][0]["text"] == "done after 3.0s (kept)"
 
 
 def test_tools_lists_name_mode_arguments_and_description(stack: Stack, tmp_path: Path) -> None:
@@ -285,6 +404,40 @@ def test_terminal_ctrl_c_cancels_the_task(stack: Stack, tmp_path: Path, tmux: st
     wait_until(lambda: "EXIT=130" in _screen(tmux), 30, 0.1, what="the call to exit after Ctrl-C")
     assert "cancelled" in _screen(tmux)
     assert stack.row(task_id)["status"] == "cancelled"
+
+
+@pytest.mark.usefixtures("leftovers")
+def test_terminal_closed_cancels_the_task(stack: Stack, tmp_path: Path, tmux: str) -> None:
+    _start(tmux, stack, tmp_path, "slow_compute", "--arg", "seconds=120", "--arg", "label=closed")
+    wait_until(lambda: "computing closed" in _screen(tmux), 30, 0.1, what="the live status line")
+    task_id = _screen(tmux).split("task ", 1)[1].split()[0]
+    subprocess.run(["tmux", "kill-session", "-t", tmux], check=True)  # SIGHUP, as a closed window
+    wait_until(lambda: stack.row(task_id)["status"] == "cancelled", 30, 0.2, what="the task cancelled")
+
+
+@pytest.mark.usefixtures("leftovers")
+def test_terminal_live_line_says_a_task_waits_before_its_tool_reports(
+    stack: Stack, tmp_path: Path, tmux: str
+) -> None:
+    client = Client(stack.url)
+    busy = [client.start("slow_compute", {"seconds": 120, "label": "busy"}) for _ in range(2)]
+    try:
+        wait_until(  # both worker slots taken (the stack's worker runs two)
+            lambda: all(stack.row(t)["started_at"] is not None for t in busy), 60, 0.1, what="busy slots"
+        )
+        _start(tmux, stack, tmp_path, "slow_compute", "--arg", "seconds=0.5", "--arg", "label=later")
+        wait_until(
+            lambda: "waiting for a worker slot or the tool's first report" in _screen(tmux),
+            30,
+            0.1,
+            what="the waiting line",
+        )
+        assert "working" in _screen(tmux)
+    finally:
+        for task_id in busy:
+            client.cancel(task_id)
+    wait_until(lambda: "EXIT=0" in _screen(tmux), 60, 0.1, what="the call to finish once a slot is free")
+    assert "done after 0.5s (later)" in _screen(tmux)
 
 
 def test_call_drives_another_sep_2663_server_fastmcp_tasks(tmp_path: Path) -> None:

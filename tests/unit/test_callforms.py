@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from mcp_celery_tasks.client.forms import Answerer, AnswersError, _Choice, _Field, load_answers
+from mcp_celery_tasks.client.forms import (
+    SAMPLING_DECLINED,
+    Answerer,
+    AnswersError,
+    _Choice,
+    _Field,
+    load_answers,
+)
+from mcp_celery_tasks.tools.inputs import validate_response
 
 
 def _console() -> Console:
@@ -103,9 +111,34 @@ def test_without_a_terminal_an_unanswered_form_is_declined_and_said() -> None:
     answerer = Answerer(console, interactive=False, answers={})
     assert answerer("confirm", FORM) == {"action": "decline"}
     said = _said(console)
-    assert 'declined input "confirm" (Delete x?)' in said
-    assert "--answers FILE" in said
+    assert said == 'declined form "confirm" (Delete x?): no terminal to answer it (use --answers FILE)\n'
     assert answerer.declined == ["confirm"]
+
+
+SAMPLE = {
+    "method": "sampling/createMessage",
+    "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5},
+}
+
+
+def test_without_a_terminal_a_sampling_request_is_declined_at_once_and_said() -> None:
+    console = _console()
+    answerer = Answerer(console, interactive=False, answers={})
+    answer = answerer("summary", SAMPLE)
+    assert answer == SAMPLING_DECLINED
+    said = _said(console)
+    assert said == 'declined sampling request "summary": no terminal to answer it (use --answers FILE)\n'
+    # The server takes it as an answer (an outstanding request would keep the task waiting).
+    assert validate_response("summary", SAMPLE["method"], SAMPLE["params"], answer) == answer  # type: ignore[arg-type]
+
+
+def test_a_sampling_request_is_answered_from_the_file_by_key_never_by_the_form_wildcard() -> None:
+    reply = {"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "me"}
+    assert Answerer(_console(), interactive=False, answers={"summary": reply})("summary", SAMPLE) == reply
+    console = _console()
+    wildcard = Answerer(console, interactive=False, answers={"*": {"action": "accept"}})
+    assert wildcard("summary", SAMPLE) == SAMPLING_DECLINED
+    assert '--answers has no "summary" (it has "*")' in _said(console)
 
 
 def test_a_declined_form_names_the_keys_the_answers_file_has() -> None:
