@@ -227,19 +227,33 @@ def beat(
 def migrate(
     database_url: DatabaseOpt = None,
     revision: Annotated[str, typer.Argument(help="Target revision")] = "head",
+    roles: Annotated[
+        bool,
+        typer.Option(
+            "--roles",
+            help="Also create the group roles mcp_tasks_api, _worker, _maintenance and _admin "
+            "and grant each only what it uses (see the README's Database roles)",
+        ),
+    ] = False,
 ) -> None:
     """Apply database migrations (alembic upgrade); exit 3 if the database cannot be used."""
     from mcp_celery_tasks.errors import InfrastructureError
     from mcp_celery_tasks.store import migrate as migrations
+    from mcp_celery_tasks.store import roles as grants
 
     settings = _settings(database_url)
     try:
         migrations.upgrade(settings, revision)
+        if roles:
+            grants.grant_roles(settings)
+            typer.echo(f"roles: granted {', '.join(grants.ROLES)}", err=True)
     except InfrastructureError as exc:
         reason = driver_reason(exc.__cause__ or exc)
         fail(f"cannot migrate {redact(settings.database_url)}: {reason}", EXIT_DATABASE)
     except migrations.UnknownRevision as exc:
         fail(str(exc), EXIT_USAGE)
+    except grants.CannotGrant as exc:
+        fail(f"cannot grant the roles: {exc} (run migrate --roles as the database's owner)", EXIT_DATABASE)
 
 
 @app.command()

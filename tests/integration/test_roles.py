@@ -1,0 +1,176 @@
+"""Least privilege: each group role ``migrate --roles`` grants runs what its process runs, and
+nothing an attacker holding that process's DSN would want (limits, other tables, deleting work)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from mcp_celery_tasks.maintenance.gc import collect_garbage
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import WorkerStore, roles, schema
+from tests import support
+
+Login = Callable[[str], str]
+"""Group role -> the DSN of a fresh login role that is a member of it."""
+
+
+def _denied(dsn: str, statement: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute(statement)
+
+
+def _allowed(dsn: str, statement: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+@pytest.fixture
+def login(db_url: str) -> Iterator[Login]:
+    roles.grant_roles(Settings(database_url=db_url))
+    roles.grant_roles(Settings(database_url=db_url))  # a second run converges, never fails
+    made: list[str] = []
+
+    def make(group: str) -> str:
+        name = f"mcpt_{group.removeprefix('mcp_tasks_')}_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(support.ADMIN_DSN, autocommit=True) as conn:
+            conn.execute(
+                psycopg.sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(
+                    psycopg.sql.Identifier(name), psycopg.sql.Identifier(group)
+                )
+            )
+        made.append(name)
+        url = urlsplit(db_url)
+        return urlunsplit(url._replace(netloc=f"{name}@{url.hostname}:{url.port}"))
+
+    yield make
+    with psycopg.connect(support.ADMIN_DSN, autocommit=True) as conn:
+        for name in made:
+            conn.execute(psycopg.sql.SQL("DROP ROLE IF EXISTS {}").format(psycopg.sql.Identifier(name)))
+
+
+def test_every_table_of_the_schema_is_in_the_map() -> None:
+    tables = set(schema.metadata.tables) | {"mcp_tasks_overview", "alembic_version"}
+    assert set(roles.GRANTS["mcp_tasks_admin"]) == tables
+    for grants in roles.GRANTS.values():
+        assert set(grants) <= tables
+    assert "mcp_principal_limits" in roles.GRANTS["mcp_tasks_worker"]  # read, for fair dispatch
+
+
+def test_no_role_but_the_admin_writes_the_principal_limits(login: Login) -> None:
+    limits = "INSERT INTO mcp_principal_limits (principal, max_active_tasks) VALUES ('token:x', 1)"
+    for group in ("mcp_tasks_api", "mcp_tasks_worker", "mcp_tasks_maintenance"):
+        dsn = login(group)
+        _denied(dsn, limits)
+        _denied(dsn, "DELETE FROM mcp_principal_limits")
+        _allowed(dsn, "SELECT * FROM mcp_principal_limits")
+    admin = WorkerStore(Settings(database_url=login("mcp_tasks_admin")))
+    admin.set_principal_limits("token:x", max_active_tasks=3)
+    assert [row["principal"] for row in admin.principal_limits()] == ["token:x"]
+    admin.close()
+
+
+def test_a_worker_can_neither_create_nor_delete_tasks_nor_touch_sessions(login: Login) -> None:
+    worker = login("mcp_tasks_worker")
+    _denied(worker, "DELETE FROM mcp_tasks")
+    _denied(worker, "DELETE FROM mcp_task_inputs")
+    _denied(worker, "SELECT * FROM mcp_sessions")
+    _denied(worker, "INSERT INTO mcp_tasks (task_id) VALUES ('t')")  # privileges are checked first
+    _allowed(worker, "SELECT count(*) FROM mcp_tasks")
+    _denied(login("mcp_tasks_api"), "DELETE FROM mcp_tasks")  # a session's tasks go by the foreign key
+
+
+def test_migrate_roles_as_a_role_that_may_not_grant_fails_in_one_line(login: Login, db_url: str) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mcp_celery_tasks.cli",
+            "migrate",
+            "--roles",
+            "--database-url",
+            login("mcp_tasks_worker"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: cannot grant the roles:") and "owner" in line, line
+
+
+def test_a_stack_runs_a_job_that_reports_and_asks_with_each_process_on_its_own_role(
+    login: Login, db_url: str
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    env = support.stack_env(db_url, support.REDIS_URL, suffix)
+    api_env = {**env, "MCP_TASKS_DATABASE_URL": login("mcp_tasks_api")}
+    worker_env = {**env, "MCP_TASKS_DATABASE_URL": login("mcp_tasks_worker")}
+    worker = support.spawn(
+        f"roles-worker-{suffix}",
+        [
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            "1",
+            "-Q",
+            env["MCP_TASKS_DEFAULT_QUEUE"],
+            "-n",
+            f"roles-{suffix}@localhost",
+        ],
+        worker_env,
+    )
+    api: support.Proc | None = None
+    try:
+        api, url = support.start_api(f"roles-api-{suffix}", api_env)
+        client = support.Client(url)
+        capabilities: dict[str, Any] = {"elicitation": {}}
+        reply = client.request(
+            "tools/call",
+            {
+                "name": "t_two_questions",
+                "arguments": {"marker": "roles"},
+                "_meta": support.meta(True, **capabilities),
+            },
+        )
+        task_id = str(reply.result["taskId"])
+        for answer in (
+            {"action": "accept", "content": {"value": "v"}},
+            {"action": "accept", "content": {"confirm": True}},
+        ):
+            task = client.wait_status(task_id, ("input_required",), timeout=60)
+            (key,) = task["inputRequests"]
+            assert client.update(task_id, {key: answer}).status == 200
+        done = client.wait_status(task_id, timeout=60)
+        assert done["status"] == "completed" and done["result"]["isError"] is False, done
+        assert done["result"]["structuredContent"]["first"] == {"action": "accept", "content": {"value": "v"}}
+        client.close()
+    finally:
+        if api is not None:
+            api.stop()
+        worker.stop(signal.SIGQUIT, timeout=20)
+
+    # The maintenance role collects what expired; the worker role may not.
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE mcp_tasks SET expires_at = %s WHERE task_id = %s",
+            (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1), task_id),
+        )
+    with pytest.raises(Exception, match="permission denied"):
+        collect_garbage(WorkerStore(Settings(database_url=login("mcp_tasks_worker"))))
+    maintenance = WorkerStore(Settings(database_url=login("mcp_tasks_maintenance")))
+    assert collect_garbage(maintenance) == 1
+    maintenance.close()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM mcp_tasks").fetchone() == (0,)
