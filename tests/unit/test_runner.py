@@ -15,9 +15,9 @@ from mcp_celery_tasks import McpError, TaskCancelled, TaskContext, ToolError, to
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
+from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, Row
 from mcp_celery_tasks.worker.observe import JobObserver
 from mcp_celery_tasks.worker.runner import JobRunner, worker_identity
-from tests.doubles import FakeInbox, MemoryStore, Row
 
 # ---- fake tools (registered under names no other test uses) ------------------------------------
 
@@ -167,7 +167,7 @@ def make_runner(store: MemoryStore, observer: Recorder, **settings: Any) -> JobR
     runner = JobRunner(
         store,
         Settings(report_min_interval_seconds=60.0, **settings),
-        lambda: FakeInbox(),
+        lambda: MemoryInbox(),
         observer=observer,
     )
     runner.RECORD_RETRY_DELAY_S = 0.001

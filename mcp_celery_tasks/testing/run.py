@@ -1,0 +1,296 @@
+"""``run_tool``: one call of a tool as the server and a worker would make it, all in memory.
+
+The arguments are checked by the tool's schema as the server checks them; the job then runs
+through the worker's own ``JobRunner`` (the real ``Runtime`` and ``TaskContext``, the same
+mapping of return values and exceptions to a ``CallToolResult``) on a ``MemoryStore``. The
+client's part (answering input requests, cancelling) is played from the call's arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pydantic import BaseModel
+
+from mcp_celery_tasks.errors import TASKS_EXTENSION, InvalidParams
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store.records import ClaimedTask
+from mcp_celery_tasks.testing.memory import MemoryInbox, MemoryStore, Row
+from mcp_celery_tasks.tools.inputs import validate_response
+from mcp_celery_tasks.tools.registry import InvalidArguments, ToolSpec, all_tools, get_tool
+from mcp_celery_tasks.tools.results import error_result
+from mcp_celery_tasks.worker.leases import LeaseKeeper
+from mcp_celery_tasks.worker.runner import JobRunner
+from mcp_celery_tasks.worker.runtime import InboxWaiter
+
+__all__ = ["ALL_CAPABILITIES", "InputRequest", "LogEntry", "Report", "ToolRun", "UnansweredInput", "run_tool"]
+
+ALL_CAPABILITIES: Final[Mapping[str, Any]] = {
+    "elicitation": {"form": {}},
+    "sampling": {},
+    "roots": {},
+    "extensions": {TASKS_EXTENSION: {}},
+}
+"""What the default caller declares: every input kind, and the tasks extension."""
+
+Answer = Mapping[str, Any] | BaseModel | Callable[[dict[str, Any] | None], Mapping[str, Any] | BaseModel]
+"""An answer as the client would send it (``{"action": "accept", "content": {...}}``, an
+``ElicitResult``…), or a function of the request's params that returns one."""
+
+_LEASES: LeaseKeeper | None = None
+
+
+class UnansweredInput(AssertionError):
+    """The tool asked for input that ``answers`` has no (valid) answer for.
+
+    Raised by ``run_tool`` once the run is over (the task is cancelled under the tool, as a
+    client that gives up would); ``request`` is the question.
+    """
+
+    def __init__(self, message: str, request: InputRequest) -> None:
+        super().__init__(message)
+        self.request = request
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One ``ctx.report``, as written to the task's ``statusMessage``."""
+
+    message: str
+    progress: float | None = None
+    total: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One ``ctx.log`` as a synchronous caller would receive it (``notifications/message``)."""
+
+    level: str
+    logger: str | None
+    data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class InputRequest:
+    """One input request the tool made, and the answer it got (None: unanswered)."""
+
+    key: str
+    method: str
+    params: dict[str, Any] | None
+    answer: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRun:
+    """What one ``run_tool`` call came to.
+
+    Attributes:
+        status: the task's final status: ``completed`` (also for a tool error: see
+            ``is_error``), ``failed`` (an ``McpError``: ``error``) or ``cancelled``.
+        result: the ``CallToolResult`` as the server stores it (None unless completed).
+        error: the JSON-RPC error (``{"code", "message", "data"?}``) of a failed task.
+        reports: every status report, in order.
+        logs: every ``ctx.log`` entry (all levels: the caller is taken to ask for ``debug``).
+        requests: every input request, with its answer.
+    """
+
+    status: str
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    reports: list[Report] = field(default_factory=list)
+    logs: list[LogEntry] = field(default_factory=list)
+    requests: list[InputRequest] = field(default_factory=list)
+
+    @property
+    def is_error(self) -> bool:
+        """The tool ended in a tool error (``isError: true``): a ``ToolError``, a crash, or arguments
+        that do not fit the schema."""
+        return bool(self.result and self.result.get("isError"))
+
+    @property
+    def text(self) -> str:
+        """The result's text content blocks, joined by newlines."""
+        blocks = (self.result or {}).get("content") or []
+        return "\n".join(block["text"] for block in blocks if block.get("type") == "text")
+
+    @property
+    def structured(self) -> Any:
+        """The result's ``structuredContent`` (None when the tool returned text)."""
+        return (self.result or {}).get("structuredContent")
+
+
+def run_tool(
+    tool: str | Callable[..., Any],
+    arguments: Mapping[str, Any] | None = None,
+    *,
+    answers: Mapping[str, Answer] | None = None,
+    cancel_after: int | None = None,
+    capabilities: Mapping[str, Any] | None = None,
+    preflight: Mapping[str, Any] | None = None,
+    settings: Settings | None = None,
+) -> ToolRun:
+    """Call a ``@tool`` as the server would, with no Postgres, broker or worker.
+
+    Args:
+        tool: the tool's name or its decorated function.
+        arguments: the call's arguments; checked against the tool's input schema first (a misfit
+            ends as the server's ``isError`` result, and the tool does not run).
+        answers: the client's answers to input requests, by input key (the tool's ``key=``; an
+            automatic key looks like ``"1-3f2a…"`` and is named in the error below). Each answer
+            is checked against its request as the server checks it. A request with no answer, or
+            with one that does not fit, cancels the task and raises ``UnansweredInput``.
+        cancel_after: the client cancels the task once the tool has made this many status
+            reports (0: before the tool's first checkpoint); the tool sees ``TaskCancelled`` at
+            its next ``ctx`` checkpoint and the run ends ``cancelled``.
+        capabilities: what the client declares (default ``ALL_CAPABILITIES``); without
+            ``elicitation``, ``ctx.elicit`` raises ``InputNotSupported`` as it would live.
+        preflight: the answers of ``ask_first`` questions, as ``ctx.preflight`` gets them.
+        settings: the worker settings (default: from the environment, with every status report
+            written and every cancel check reading the row, so a run is deterministic).
+
+    Returns:
+        A ``ToolRun``: the stored outcome and everything the tool reported, logged and asked.
+    """
+    spec = _spec(tool)
+    settings = settings or Settings(report_min_interval_seconds=0.0, cancel_check_interval_seconds=0.0)
+    try:
+        checked = _check_arguments(spec, dict(arguments or {}), settings)
+    except InvalidArguments as exc:
+        return ToolRun("completed", result=error_result(exc.message))
+    except InvalidParams as exc:
+        return ToolRun("failed", error=exc.to_error())
+    store = _ClientStore(cancel_after)
+    row = store.add(
+        spec.name,
+        checked,
+        client_capabilities=dict(ALL_CAPABILITIES if capabilities is None else capabilities),
+        preflight=dict(preflight) if preflight is not None else None,
+        log_level="debug",
+        max_attempts=1,
+    )
+    client = _Client(store, row, answers or {})
+    inbox = MemoryInbox(client.on_wait)
+    outcome = JobRunner(store, settings, lambda: _waiter(inbox), leases=_lease_keeper(settings)).run(
+        row.job_id
+    )
+    if client.problem is not None:
+        raise client.problem
+    if row.status not in ("completed", "failed", "cancelled"):
+        raise RuntimeError(f"the run of {spec.name!r} ended {outcome.status!r} with the task {row.status!r}")
+    return ToolRun(
+        row.status,
+        result=row.result,
+        error=row.error,
+        reports=[Report(*report) for report in row.reports],
+        logs=[LogEntry(*entry) for entry in row.logs],
+        requests=client.requests(),
+    )
+
+
+def _spec(tool: str | Callable[..., Any]) -> ToolSpec:
+    if isinstance(tool, str):
+        spec = get_tool(tool)
+    else:
+        target = getattr(tool, "run", tool)  # a Celery task registered with ``tool(task)``
+        spec = next((s for s in all_tools() if s.fn is tool or s.fn is target), None)
+    if spec is None:
+        raise LookupError(f"{tool!r} is not a registered tool: decorate it with @tool (or import its module)")
+    return spec
+
+
+def _check_arguments(spec: ToolSpec, arguments: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The server's checks of a call's arguments (``protocol.v2026_07_28.resolve_call``)."""
+    limit = settings.max_arguments_bytes
+    if arguments and len(json.dumps(arguments, separators=(",", ":"))) > limit:
+        raise InvalidParams(f"arguments are larger than {limit} bytes")
+    return spec.validate_arguments(arguments)
+
+
+def _lease_keeper(settings: Settings) -> LeaseKeeper:
+    global _LEASES
+    if _LEASES is None:
+        _LEASES = LeaseKeeper(settings.lease_seconds)
+    return _LEASES
+
+
+def _waiter(inbox: MemoryInbox) -> InboxWaiter:
+    return inbox
+
+
+class _ClientStore(MemoryStore):
+    """A ``MemoryStore`` whose client cancels the task after ``cancel_after`` status reports."""
+
+    def __init__(self, cancel_after: int | None) -> None:
+        super().__init__()
+        self._cancel_after = cancel_after
+
+    def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None:
+        job = super().claim(job_id, worker, lease_s)
+        if job is not None and self._cancel_after == 0:
+            self.cancel(job.task_id)
+        return job
+
+    def report(
+        self,
+        task_id: str,
+        worker: str,
+        message: str,
+        progress: float | None = None,
+        total: float | None = None,
+    ) -> bool:
+        written = super().report(task_id, worker, message, progress, total)
+        if written and len(self.rows[task_id].reports) == self._cancel_after:
+            self.cancel(task_id)
+        return written
+
+
+class _Client:
+    """The client's part while the job waits: answer each outstanding request from ``answers``."""
+
+    def __init__(self, store: MemoryStore, row: Row, answers: Mapping[str, Answer]) -> None:
+        self._store = store
+        self._row = row
+        self._answers = answers
+        self.problem: UnansweredInput | None = None
+
+    def on_wait(self, task_id: str) -> None:
+        for key in self._store.outstanding(task_id):
+            record = self._row.inputs[key]
+            asked = key.split("~", 1)[0]  # a re-asked key is stored as ``key~2``
+            request = InputRequest(asked, record.method, record.params)
+            if asked not in self._answers:
+                keys = ", ".join(map(repr, self._answers)) or "none"
+                self._give_up(f"the tool asked {asked!r} ({_describe(request)}); answers has {keys}", request)
+                return
+            given = self._answers[asked]
+            answer = given(record.params) if callable(given) else given
+            try:
+                response = validate_response(asked, record.method, record.params, _plain(answer))
+            except InvalidParams as exc:
+                self._give_up(f"the answer to {asked!r} does not fit its request: {exc.message}", request)
+                return
+            self._store.answer(task_id, key, response)
+
+    def _give_up(self, message: str, request: InputRequest) -> None:
+        self.problem = UnansweredInput(message, request)
+        self._store.cancel(self._row.task_id)
+
+    def requests(self) -> list[InputRequest]:
+        return [
+            InputRequest(key.split("~", 1)[0], rec.method, rec.params, rec.response)
+            for key, rec in self._row.inputs.items()
+        ]
+
+
+def _plain(answer: Mapping[str, Any] | BaseModel) -> Any:
+    if isinstance(answer, BaseModel):
+        return answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dict(answer)
+
+
+def _describe(request: InputRequest) -> str:
+    message = (request.params or {}).get("message")
+    return f"{request.method}: {message!r}" if message else request.method
