@@ -24,7 +24,7 @@ from mcp_celery_tasks.tools.registry import InvalidArguments, ToolSpec, all_tool
 from mcp_celery_tasks.tools.results import error_result
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.runner import JobRunner
-from mcp_celery_tasks.worker.runtime import InboxWaiter
+from mcp_celery_tasks.worker.runtime import InboxWaiter, Runtime
 
 __all__ = ["ALL_CAPABILITIES", "InputRequest", "LogEntry", "Report", "ToolRun", "UnansweredInput", "run_tool"]
 
@@ -39,8 +39,6 @@ ALL_CAPABILITIES: Final[Mapping[str, Any]] = {
 Answer = Mapping[str, Any] | BaseModel | Callable[[dict[str, Any] | None], Mapping[str, Any] | BaseModel]
 """An answer as the client would send it (``{"action": "accept", "content": {...}}``, an
 ``ElicitResult``…), or a function of the request's params that returns one."""
-
-_LEASES: LeaseKeeper | None = None
 
 
 class UnansweredInput(AssertionError):
@@ -173,9 +171,8 @@ def run_tool(
     )
     client = _Client(store, row, answers or {})
     inbox = MemoryInbox(client.on_wait)
-    outcome = JobRunner(store, settings, lambda: _waiter(inbox), leases=_lease_keeper(settings)).run(
-        row.job_id
-    )
+    runner = JobRunner(store, settings, lambda: _waiter(inbox), leases=_NoLeases(settings.lease_seconds))
+    outcome = runner.run(row.job_id)
     if client.problem is not None:
         raise client.problem
     if row.status not in ("completed", "failed", "cancelled"):
@@ -209,11 +206,15 @@ def _check_arguments(spec: ToolSpec, arguments: dict[str, Any], settings: Settin
     return spec.validate_arguments(arguments)
 
 
-def _lease_keeper(settings: Settings) -> LeaseKeeper:
-    global _LEASES
-    if _LEASES is None:
-        _LEASES = LeaseKeeper(settings.lease_seconds)
-    return _LEASES
+class _NoLeases(LeaseKeeper):
+    """No lease thread: no other worker could take the job, and with every report written at
+    once there is nothing to flush, so the run stays in the test's thread (and in order)."""
+
+    def watch(self, runtime: Runtime) -> None:
+        pass
+
+    def release(self, runtime: Runtime) -> None:
+        pass
 
 
 def _waiter(inbox: MemoryInbox) -> InboxWaiter:
