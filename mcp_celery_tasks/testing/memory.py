@@ -296,7 +296,7 @@ class MemoryStore:
             return False
         row.status, row.result, row.error = status, result, error
         row.error_kind, row.error_message = error_kind, error_message
-        row.status_message = message if message is not None else row.status_message
+        row.status_message = message  # a finished task says how it ended, never its last progress
         row.finished, row.lease_until = True, None
         return True
 

@@ -17,11 +17,12 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from mcp_celery_tasks import TaskContext, tool
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, WorkerStore
-from mcp_celery_tasks.testing import MemoryStore
+from mcp_celery_tasks.testing import MemoryInbox, MemoryStore
 from mcp_celery_tasks.tools.inputs import ELICIT, elicit_params, params_hash
-from mcp_celery_tasks.worker.runner import JobStore
+from mcp_celery_tasks.worker.runner import JobRunner, JobStore
 from tests.integration.test_store import OWNER, new_task
 
 ME = "host-a:101:aaaa1111"
@@ -37,7 +38,7 @@ class Side(Protocol):
     @property
     def store(self) -> JobStore: ...
 
-    def add(self, max_attempts: int = 3) -> tuple[str, str]:
+    def add(self, max_attempts: int = 3, tool_name: str = "slow_compute") -> tuple[str, str]:
         """A new active task, as ``tools/call`` creates it: ``(task_id, job_id)``."""
         ...
 
@@ -71,8 +72,8 @@ class PostgresSide:
 
         return asyncio.run(run())
 
-    def add(self, max_attempts: int = 3) -> tuple[str, str]:
-        task = new_task(max_attempts=max_attempts)
+    def add(self, max_attempts: int = 3, tool_name: str = "slow_compute") -> tuple[str, str]:
+        task = new_task(max_attempts=max_attempts, tool_name=tool_name)
         self._api(lambda api: api.create_task(task))
         return task.task_id, task.job_id
 
@@ -101,8 +102,8 @@ class MemorySide:
         self.memory = MemoryStore()
         self.store = self.memory
 
-    def add(self, max_attempts: int = 3) -> tuple[str, str]:
-        row = self.memory.add("slow_compute", {"seconds": 1}, max_attempts=max_attempts)
+    def add(self, max_attempts: int = 3, tool_name: str = "slow_compute") -> tuple[str, str]:
+        row = self.memory.add(tool_name, {"seconds": 1, "label": "x"}, max_attempts=max_attempts)
         return row.task_id, row.job_id
 
     def cancel(self, task_id: str) -> None:
@@ -208,6 +209,8 @@ def test_report_sets_the_status_message_for_the_holder_only(side: Side) -> None:
     assert side.store.report(task_id, ME, "1/3 done", 1, 3)
     assert not side.store.report(task_id, RIVAL, "not mine")
     assert side.row(task_id)["status_message"] == "1/3 done"
+    assert side.store.finish(task_id, ME, "failed", error={"code": -32603, "message": "x"}, message="gave up")
+    assert side.row(task_id)["status_message"] == "gave up"
 
 
 def test_input_rows_open_answer_and_supersede(side: Side) -> None:
@@ -278,3 +281,28 @@ def test_a_cancelled_job_is_never_claimed(side: Side) -> None:
     assert side.store.claim(job_id, ME, LEASE_S) is None
     state = side.store.job_state(job_id)
     assert state is not None and state["status"] == "cancelled"
+
+
+# ---- the job runner on either store -------------------------------------------------------------
+
+
+@tool(name="contract_label")
+def label(ctx: TaskContext, seconds: float, label: str) -> str:
+    ctx.report(f"labelling {label}")
+    ctx.raise_if_cancelled()
+    return f"{label}: {seconds:g} s"
+
+
+def test_the_job_runner_records_one_outcome_on_either_store(side: Side) -> None:
+    task_id, job_id = side.add(tool_name="contract_label")
+    runner = JobRunner(side.store, Settings(report_min_interval_seconds=0.0), MemoryInbox)
+    assert runner.run(job_id).status == "completed"
+    assert runner.run(job_id).status == "skipped"  # a duplicate delivery finds the outcome recorded
+    row = side.row(task_id)
+    assert row["status"] == "completed"
+    assert row["status_message"] is None  # how it ended, never the last progress text
+    assert row["result"] == {
+        "content": [{"type": "text", "text": "x: 1 s"}],
+        "isError": False,
+        "resultType": "complete",
+    }

@@ -274,7 +274,10 @@ def test_an_async_tool_is_awaited(store: MemoryStore, observer: Recorder) -> Non
 
 def test_the_last_report_lands_before_the_outcome(store: MemoryStore, observer: Recorder) -> None:
     _, row, _ = run(store, observer, "reports")
-    assert row.status == "completed" and row.status_message == "step 2"
+    assert row.status == "completed" and row.reports[-1][0] == "step 2"
+    last_report = max(i for i, call in enumerate(store.calls) if call == "report")
+    assert last_report < store.calls.index("finish")
+    assert row.status_message is None  # a finished task says how it ended (the SQL store's rule)
 
 
 def test_a_tool_error_completes_with_is_error(store: MemoryStore, observer: Recorder) -> None:
