@@ -15,11 +15,11 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from mcp_celery_tasks.errors import TASKS_EXTENSION, InvalidParams
+from mcp_celery_tasks.errors import TASKS_EXTENSION, InvalidParams, MissingCapability, ProtocolError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
 from mcp_celery_tasks.testing.memory import MemoryInbox, MemoryStore, Row
-from mcp_celery_tasks.tools.inputs import validate_response
+from mcp_celery_tasks.tools.inputs import CAPABILITY_FOR, validate_response
 from mcp_celery_tasks.tools.registry import InvalidArguments, ToolSpec, all_tools, get_tool
 from mcp_celery_tasks.tools.results import error_result
 from mcp_celery_tasks.worker.leases import LeaseKeeper
@@ -145,7 +145,9 @@ def run_tool(
             its next ``ctx`` checkpoint and the run ends ``cancelled``.
         capabilities: what the client declares (default ``ALL_CAPABILITIES``); without
             ``elicitation``, ``ctx.elicit`` raises ``InputNotSupported`` as it would live.
-        preflight: the answers of ``ask_first`` questions, as ``ctx.preflight`` gets them.
+        preflight: ``ctx.preflight`` as given, instead of asking the tool's ``ask_first``
+            questions (by default they are asked before the job runs, as the server asks them,
+            and answered from ``answers`` by their key).
         settings: the worker settings (default: from the environment, with every status report
             written and every cancel check reading the row, so a run is deterministic).
 
@@ -154,22 +156,29 @@ def run_tool(
     """
     spec = _spec(tool)
     settings = settings or Settings(report_min_interval_seconds=0.0, cancel_check_interval_seconds=0.0)
+    declared = dict(ALL_CAPABILITIES if capabilities is None else capabilities)
+    answers = answers or {}
+    asked_first: list[InputRequest] = []
     try:
         checked = _check_arguments(spec, dict(arguments or {}), settings)
+        if spec.mode == "required" and TASKS_EXTENSION not in (declared.get("extensions") or {}):
+            raise MissingCapability()  # SEP-2663: a task-only tool refuses a non-task call
+        if preflight is None:
+            preflight = _ask_first(spec, checked, answers, declared, asked_first)
     except InvalidArguments as exc:
         return ToolRun("completed", result=error_result(exc.message))
-    except InvalidParams as exc:
+    except ProtocolError as exc:
         return ToolRun("failed", error=exc.to_error())
     store = _ClientStore(cancel_after)
     row = store.add(
         spec.name,
         checked,
-        client_capabilities=dict(ALL_CAPABILITIES if capabilities is None else capabilities),
-        preflight=dict(preflight) if preflight is not None else None,
+        client_capabilities=declared,
+        preflight=dict(preflight) or None,
         log_level="debug",
         max_attempts=1,
     )
-    client = _Client(store, row, answers or {})
+    client = _Client(store, row, answers)
     inbox = MemoryInbox(client.on_wait)
     runner = JobRunner(store, settings, lambda: _waiter(inbox), leases=_NoLeases(settings.lease_seconds))
     outcome = runner.run(row.job_id)
@@ -183,7 +192,7 @@ def run_tool(
         error=row.error,
         reports=[Report(*report) for report in row.reports],
         logs=[LogEntry(*entry) for entry in row.logs],
-        requests=client.requests(),
+        requests=[*asked_first, *client.requests()],
     )
 
 
@@ -204,6 +213,41 @@ def _check_arguments(spec: ToolSpec, arguments: dict[str, Any], settings: Settin
     if arguments and len(json.dumps(arguments, separators=(",", ":"))) > limit:
         raise InvalidParams(f"arguments are larger than {limit} bytes")
     return spec.validate_arguments(arguments)
+
+
+def _ask_first(
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    answers: Mapping[str, Answer],
+    declared: Mapping[str, Any],
+    asked: list[InputRequest],
+) -> dict[str, Any]:
+    """The ``ask_first`` answers as the server collects them (``protocol.rounds.preflight``)."""
+    collected: dict[str, Any] = {}
+    for key, question in spec.questions_first(arguments).items():
+        if CAPABILITY_FOR[question.method] not in declared:
+            needed = CAPABILITY_FOR[question.method]
+            raise MissingCapability(f"The tool asks first and needs the {needed!r} capability", {needed: {}})
+        request = InputRequest(key, question.method, question.params)
+        collected[key] = _answer(request, answers)
+        asked.append(InputRequest(key, question.method, question.params, collected[key]))
+    return collected
+
+
+def _answer(request: InputRequest, answers: Mapping[str, Answer]) -> dict[str, Any]:
+    """The answer ``answers`` gives ``request``, checked as the server checks it."""
+    if request.key not in answers:
+        keys = ", ".join(map(repr, answers)) or "none"
+        raise UnansweredInput(
+            f"the tool asked {request.key!r} ({_describe(request)}); answers has {keys}", request
+        )
+    given = answers[request.key]
+    answer = given(request.params) if callable(given) else given
+    try:
+        return validate_response(request.key, request.method, request.params, _plain(answer))
+    except InvalidParams as exc:
+        message = f"the answer to {request.key!r} does not fit its request: {exc.message}"
+        raise UnansweredInput(message, request) from None
 
 
 class _NoLeases(LeaseKeeper):
@@ -261,23 +305,14 @@ class _Client:
         for key in self._store.outstanding(task_id):
             record = self._row.inputs[key]
             asked = key.split("~", 1)[0]  # a re-asked key is stored as ``key~2``
-            request = InputRequest(asked, record.method, record.params)
-            if asked not in self._answers:
-                keys = ", ".join(map(repr, self._answers)) or "none"
-                self._give_up(f"the tool asked {asked!r} ({_describe(request)}); answers has {keys}", request)
-                return
-            given = self._answers[asked]
-            answer = given(record.params) if callable(given) else given
             try:
-                response = validate_response(asked, record.method, record.params, _plain(answer))
-            except InvalidParams as exc:
-                self._give_up(f"the answer to {asked!r} does not fit its request: {exc.message}", request)
+                response = _answer(InputRequest(asked, record.method, record.params), self._answers)
+            except UnansweredInput as problem:
+                # Raised by ``run_tool`` once the run is over: the client gives up on the task.
+                self.problem = problem
+                self._store.cancel(task_id)
                 return
             self._store.answer(task_id, key, response)
-
-    def _give_up(self, message: str, request: InputRequest) -> None:
-        self.problem = UnansweredInput(message, request)
-        self._store.cancel(self._row.task_id)
 
     def requests(self) -> list[InputRequest]:
         return [

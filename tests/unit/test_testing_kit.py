@@ -6,7 +6,7 @@ import pytest
 from mcp_types import ElicitResult
 from mcp_types import jsonrpc as codes
 
-from mcp_celery_tasks import McpError, TaskContext, ToolError, tool
+from mcp_celery_tasks import Elicit, McpError, TaskContext, ToolError, tool
 from mcp_celery_tasks.testing import InputRequest, LogEntry, Report, UnansweredInput, run_tool
 
 CONFIRM = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
@@ -28,6 +28,16 @@ def delete(ctx: TaskContext, name: str) -> str:
     if answer.action != "accept" or not (answer.content or {}).get("ok"):
         raise ToolError(f"{name} kept")
     return f"{name} deleted"
+
+
+@tool(name="kit_wipe", ask_first={"sure": Elicit("Wipe everything?", CONFIRM)})
+def wipe(ctx: TaskContext) -> str:
+    return "wiped" if ctx.preflight["sure"]["content"]["ok"] else "kept"
+
+
+@tool(name="kit_task_only", mode="required")
+def task_only() -> str:
+    return "ran"
 
 
 @tool(name="kit_refuses")
@@ -119,3 +129,23 @@ def test_an_unregistered_function_is_refused() -> None:
 
     with pytest.raises(LookupError, match="not a registered tool"):
         run_tool(plain)
+
+
+def test_ask_first_questions_are_answered_before_the_job_runs() -> None:
+    yes = {"action": "accept", "content": {"ok": True}}
+    run = run_tool(wipe, answers={"sure": yes})
+    assert run.text == "wiped"
+    assert [(request.key, request.answer) for request in run.requests] == [("sure", yes)]
+    with pytest.raises(UnansweredInput, match="'sure'"):
+        run_tool(wipe)
+    given = run_tool(wipe, preflight={"sure": {"action": "accept", "content": {"ok": False}}})
+    assert given.text == "kept" and given.requests == []
+
+
+def test_missing_capabilities_are_refused_as_the_server_refuses_them() -> None:
+    without_elicitation = run_tool(wipe, capabilities={"extensions": {}})
+    assert without_elicitation.status == "failed" and without_elicitation.error is not None
+    assert without_elicitation.error["code"] == codes.MISSING_REQUIRED_CLIENT_CAPABILITY
+    assert run_tool(task_only).text == "ran"
+    refused = run_tool(task_only, capabilities={"elicitation": {}})
+    assert refused.error is not None and refused.error["code"] == codes.MISSING_REQUIRED_CLIENT_CAPABILITY
