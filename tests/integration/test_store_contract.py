@@ -306,3 +306,20 @@ def test_the_job_runner_records_one_outcome_on_either_store(side: Side) -> None:
         "isError": False,
         "resultType": "complete",
     }
+
+
+def test_logs_are_kept_for_the_holder_up_to_the_cap(side: Side) -> None:
+    task_id = claimed(side)
+    assert side.store.log(task_id, ME, "info", "tool", {"n": 1}, 2)
+    assert not side.store.log(task_id, RIVAL, "info", "tool", {"n": 2}, 2)
+    assert side.store.log(task_id, ME, "info", "tool", {"n": 2}, 2)
+    assert not side.store.log(task_id, ME, "info", "tool", {"n": 3}, 2)
+
+
+def test_a_cancel_leaves_no_request_outstanding(side: Side) -> None:
+    task_id = claimed(side)
+    assert side.store.open_inputs(task_id, ME, INBOX, [question("go")])
+    side.cancel(task_id)
+    side.answer(task_id, "go", ACCEPT)
+    record = side.store.all_inputs(task_id)["go"]
+    assert record.response is None and record.superseded
