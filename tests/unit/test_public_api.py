@@ -65,6 +65,34 @@ def test_public_api_is_pinned() -> None:
     assert len(set(mcp_celery_tasks.__all__)) == len(mcp_celery_tasks.__all__)
 
 
+def test_the_test_kit_is_pinned_and_ships_in_the_wheel() -> None:
+    import tomllib
+
+    from mcp_celery_tasks import testing
+
+    assert sorted(testing.__all__) == [
+        "ALL_CAPABILITIES",
+        "InputRequest",
+        "LogEntry",
+        "MemoryInbox",
+        "MemoryStore",
+        "Report",
+        "Row",
+        "ToolRun",
+        "UnansweredInput",
+        "answer_everything",
+        "run_tool",
+    ]
+    pyproject = tomllib.loads((PACKAGE_DIR.parent / "pyproject.toml").read_text())
+    listed = set(pyproject["tool"]["setuptools"]["packages"])
+    folders = {
+        ".".join([PACKAGE, *init.parent.relative_to(PACKAGE_DIR).parts])
+        for init in PACKAGE_DIR.rglob("__init__.py")
+    }
+    assert f"{PACKAGE}.testing" in folders
+    assert folders <= listed, sorted(folders - listed)
+
+
 def test_every_public_name_resolves() -> None:
     for name in mcp_celery_tasks.__all__:
         assert getattr(mcp_celery_tasks, name) is not None
