@@ -24,7 +24,7 @@ from mcp_celery_tasks.tools.registry import InvalidArguments, ToolSpec, all_tool
 from mcp_celery_tasks.tools.results import error_result
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.runner import JobRunner
-from mcp_celery_tasks.worker.runtime import InboxWaiter, Runtime
+from mcp_celery_tasks.worker.runtime import Runtime
 
 __all__ = ["ALL_CAPABILITIES", "InputRequest", "LogEntry", "Report", "ToolRun", "UnansweredInput", "run_tool"]
 
@@ -149,7 +149,8 @@ def run_tool(
             questions (by default they are asked before the job runs, as the server asks them,
             and answered from ``answers`` by their key).
         settings: the worker settings (default: from the environment, with every status report
-            written and every cancel check reading the row, so a run is deterministic).
+            written and every cancel check reading the row, so a run is deterministic; a
+            ``ctx.sleep`` then really sleeps, checking for a cancel all the while).
 
     Returns:
         A ``ToolRun``: the stored outcome and everything the tool reported, logged and asked.
@@ -180,7 +181,7 @@ def run_tool(
     )
     client = _Client(store, row, answers)
     inbox = MemoryInbox(client.on_wait)
-    runner = JobRunner(store, settings, lambda: _waiter(inbox), leases=_NoLeases(settings.lease_seconds))
+    runner = JobRunner(store, settings, lambda: inbox, leases=_NoLeases(settings.lease_seconds))
     outcome = runner.run(row.job_id)
     if client.problem is not None:
         raise client.problem
@@ -259,10 +260,6 @@ class _NoLeases(LeaseKeeper):
 
     def release(self, runtime: Runtime) -> None:
         pass
-
-
-def _waiter(inbox: MemoryInbox) -> InboxWaiter:
-    return inbox
 
 
 class _ClientStore(MemoryStore):
