@@ -194,3 +194,21 @@ def test_the_overwrite_question_uses_the_workers_resolution(
     assert _ask_overwrite({"model": str(dirs.outside / "secret.txt")}) is None  # refused by the worker
     monkeypatch.delenv("MCP_EXAMPLES_MODELS_DIR")
     assert _ask_overwrite({"model": "m"}) is None  # nothing asked: the worker refuses the call
+
+
+def test_summarize_file_asks_the_clients_model_for_the_summary(dirs: Dirs) -> None:
+    def model(params: dict[str, Any] | None) -> dict[str, Any]:
+        prompt = (params or {})["messages"][0]["content"]["text"]
+        words = len(prompt.split("\n\n", 1)[1].split())
+        return {"role": "assistant", "content": {"type": "text", "text": f"{words} words"}, "model": "stub"}
+
+    run = run_tool(summarize_file, {"path": "notes.txt"}, answers={"summary": model})
+    assert run.structured is not None and run.structured["summary"] == "4 words"
+    assert run.structured["model"] == "stub" and run.structured["input_truncated"] is False
+    (request,) = run.requests
+    assert request.method == "sampling/createMessage" and request.params is not None
+    assert request.params["maxTokens"] == 200
+    assert [report.message for report in run.reports] == [
+        "reading notes.txt",
+        "asking the client's model to summarize 19 characters",
+    ]
