@@ -40,6 +40,11 @@ def task_only() -> str:
     return "ran"
 
 
+@tool(name="kit_unkeyed")
+def unkeyed(ctx: TaskContext) -> str:
+    return "yes" if ctx.elicit("Proceed?", CONFIRM).action == "accept" else "no"
+
+
 @tool(name="kit_refuses")
 def refuses(reason: str) -> str:
     raise McpError(codes.INVALID_PARAMS, reason)
@@ -149,3 +154,11 @@ def test_missing_capabilities_are_refused_as_the_server_refuses_them() -> None:
     assert run_tool(task_only).text == "ran"
     refused = run_tool(task_only, capabilities={"elicitation": {}})
     assert refused.error is not None and refused.error["code"] == codes.MISSING_REQUIRED_CLIENT_CAPABILITY
+
+
+def test_a_question_without_a_key_is_answered_by_the_automatic_key_the_error_names() -> None:
+    with pytest.raises(UnansweredInput, match=r"the tool asked '1-[0-9a-f]{16}'") as caught:
+        run_tool(unkeyed)
+    key = caught.value.request.key
+    yes = {"action": "accept", "content": {"ok": True}}
+    assert run_tool(unkeyed, answers={key: yes}).text == "yes"
