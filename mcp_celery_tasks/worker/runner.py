@@ -106,12 +106,14 @@ class JobRunner:
         inbox: Callable[[], InboxWaiter],
         *,
         observer: JobObserver = SILENT,
+        leases: LeaseKeeper | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
         self._inbox = inbox
         self._observer = observer
-        self._leases = LeaseKeeper(settings.lease_seconds)
+        # One keeper (one thread) per process: runners made per call share one (``testing``).
+        self._leases = leases or LeaseKeeper(settings.lease_seconds)
 
     def run(self, job_id: str, headers: Mapping[str, Any] | None = None) -> JobOutcome:
         """Claim the job, run its tool under a lease, record the outcome (the lease is kept

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from mcp_celery_tasks import InputNotSupported, TaskCancelled, TaskContext
+from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, Row, answer_everything
 from mcp_celery_tasks.tools.inputs import ELICIT, elicit_params, params_hash
 from mcp_celery_tasks.worker.runtime import Runtime
-from tests.doubles import FakeInbox, MemoryStore, Row, answer_everything
 
 ME = "host:1:me"
 ACCEPT = {"action": "accept", "content": {"confirm": True}}
@@ -17,11 +17,11 @@ SCHEMA = {"type": "object", "properties": {"confirm": {"type": "boolean"}}}
 
 
 def context_for(
-    store: MemoryStore, inbox: FakeInbox | None = None, **options: Any
+    store: MemoryStore, inbox: MemoryInbox | None = None, **options: Any
 ) -> tuple[TaskContext, Row]:
     row = store.add("some_tool")
     store.claim(row.job_id, ME, 30.0)
-    box = inbox or FakeInbox()
+    box = inbox or MemoryInbox()
     runtime = Runtime(
         store,
         task_id=row.task_id,
@@ -67,7 +67,7 @@ def test_sleep_wakes_early_with_task_cancelled() -> None:
 
 def test_an_automatic_key_is_the_ordinal_and_the_request_hash() -> None:
     store = MemoryStore()
-    ctx, row = context_for(store, FakeInbox(answer_everything(store, ACCEPT)))
+    ctx, row = context_for(store, MemoryInbox(answer_everything(store, ACCEPT)))
     assert ctx.elicit("Sure?", SCHEMA).action == "accept"
     digest = params_hash(ELICIT, elicit_params("Sure?", SCHEMA))
     assert list(row.inputs) == [f"1-{digest}"]
@@ -75,7 +75,7 @@ def test_an_automatic_key_is_the_ordinal_and_the_request_hash() -> None:
 
 def test_an_explicit_key_reused_for_another_request_raises() -> None:
     store = MemoryStore()
-    ctx, _ = context_for(store, FakeInbox(answer_everything(store, ACCEPT)))
+    ctx, _ = context_for(store, MemoryInbox(answer_everything(store, ACCEPT)))
     ctx.elicit("A?", SCHEMA, key="same")
     with pytest.raises(ValueError, match="already used"):
         ctx.elicit("B?", {"type": "object"}, key="same")
@@ -140,7 +140,7 @@ def test_an_answer_offered_up_front_is_used_when_it_fits_the_question() -> None:
 
 def test_an_offered_answer_that_does_not_fit_is_ignored_and_the_question_asked() -> None:
     store = MemoryStore()
-    ctx, row = context_for(store, inbox=FakeInbox(answer_everything(store, ACCEPT)))
+    ctx, row = context_for(store, inbox=MemoryInbox(answer_everything(store, ACCEPT)))
     ctx._given = {"confirm": {"action": "accept", "content": {"confirm": "not a boolean"}}}
     assert ctx.elicit("Sure?", SCHEMA, key="confirm").action == "accept"
     assert list(row.inputs) == ["confirm"]

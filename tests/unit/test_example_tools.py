@@ -1,4 +1,4 @@
-"""The example tools called directly (no worker): what they read and write, and every attack on
+"""The example tools run by ``run_tool`` (no services): what they read and write, and every attack on
 their path arguments refused with a message, before anything is read or written.
 
 The end-to-end versions, through the API and a real worker, are in tests/e2e/test_example_tools.py.
@@ -16,43 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mcp_celery_tasks import TaskContext, ToolError
+from mcp_celery_tasks.testing import ToolRun, run_tool
 from workers.example import count_words
 from workers.search_logs import search_logs
 from workers.summarize import summarize_file
 from workers.train_model import _ask_overwrite, train_model
-
-
-class Runtime:
-    """Just enough of a worker for a context: statuses kept in a list, never cancelled."""
-
-    def __init__(self) -> None:
-        self.statuses: list[str] = []
-
-    def report(self, message: str, progress: float | None = None, total: float | None = None) -> None:
-        self.statuses.append(message)
-
-    def log(self, level: str, logger: str | None, data: Any) -> None:
-        raise AssertionError(f"unexpected log {level} {data!r}")
-
-    def flush(self) -> None:
-        pass
-
-    @property
-    def cancelled(self) -> bool:
-        return False
-
-    def check_soft_limit(self) -> None:
-        pass
-
-    def ask(self, requests: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        raise AssertionError(f"unexpected input request {requests}")
-
-
-def context(preflight: dict[str, Any] | None = None) -> TaskContext:
-    return TaskContext(
-        task_id="t", job_id="j", tool_name="tool", attempt=1, preflight=preflight, runtime=Runtime()
-    )
 
 
 @dataclass
@@ -92,12 +60,24 @@ def attacks(dirs: Dirs) -> list[str]:
     ]
 
 
-def refused(call: Callable[..., Any]) -> str:  # `...`: lambdas binding the loop variable as a default
+def called(tool: Callable[..., Any], preflight: dict[str, Any] | None = None, **arguments: Any) -> ToolRun:
+    """The tool run as a worker runs it, for a client that declares no input kind."""
+    return run_tool(tool, arguments, capabilities={}, preflight=preflight)
+
+
+def result(tool: Callable[..., Any], preflight: dict[str, Any] | None = None, **arguments: Any) -> Any:
+    run = called(tool, preflight, **arguments)
+    assert not run.is_error and run.status == "completed", run.result
+    return run.structured
+
+
+def refused(tool: Callable[..., Any], preflight: dict[str, Any] | None = None, **arguments: Any) -> str:
+    """The tool error a call ends in (found well within two seconds: /dev/zero is never read)."""
     started = time.monotonic()
-    with pytest.raises(ToolError) as caught:
-        call()
-    assert time.monotonic() - started < 2  # /dev/zero is never read
-    return str(caught.value)
+    run = called(tool, preflight, **arguments)
+    assert time.monotonic() - started < 2
+    assert run.is_error, run.result
+    return run.text
 
 
 # ---- count_words ---------------------------------------------------------------------------------
@@ -105,12 +85,12 @@ def refused(call: Callable[..., Any]) -> str:  # `...`: lambdas binding the loop
 
 def test_count_words_reads_relative_paths_and_file_urls_inside_the_root(dirs: Dirs) -> None:
     url = f"file://{dirs.files}/notes.txt"
-    assert count_words(context(), ["notes.txt", url]) == {"notes.txt": 4, url: 4}
+    assert result(count_words, paths=["notes.txt", url]) == {"notes.txt": 4, url: 4}
 
 
 def test_count_words_refuses_every_path_outside_the_root(dirs: Dirs) -> None:
     for path in attacks(dirs):
-        message = refused(lambda p=path: count_words(context(), ["notes.txt", p]))
+        message = refused(count_words, paths=["notes.txt", path])
         assert f"outside the allowed directory {dirs.files} (MCP_EXAMPLES_FILES_ROOT)" in message, path
 
 
@@ -118,9 +98,9 @@ def test_an_example_without_its_root_names_the_variable_to_set(
     dirs: Dirs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("MCP_EXAMPLES_FILES_ROOT")
-    assert "MCP_EXAMPLES_FILES_ROOT" in refused(lambda: count_words(context(), ["notes.txt"]))
+    assert "MCP_EXAMPLES_FILES_ROOT" in refused(count_words, paths=["notes.txt"])
     monkeypatch.delenv("MCP_EXAMPLES_MODELS_DIR")
-    assert "MCP_EXAMPLES_MODELS_DIR" in refused(lambda: train_model(context(), "m", epochs=1, samples=10))
+    assert "MCP_EXAMPLES_MODELS_DIR" in refused(train_model, model="m", epochs=1, samples=10)
 
 
 # ---- summarize_file ------------------------------------------------------------------------------
@@ -128,49 +108,49 @@ def test_an_example_without_its_root_names_the_variable_to_set(
 
 def test_summarize_file_refuses_every_path_outside_the_root(dirs: Dirs) -> None:
     for path in attacks(dirs):
-        assert "outside the allowed directory" in refused(lambda p=path: summarize_file(context(), p)), path
+        assert "outside the allowed directory" in refused(summarize_file, path=path), path
 
 
 def test_summarize_file_reads_a_file_in_the_root_then_needs_sampling(dirs: Dirs) -> None:
-    # The file was read (not refused): the next step asks the client's model, which this
-    # context cannot do.
-    assert "'sampling' capability" in refused(lambda: summarize_file(context(), "notes.txt"))
+    # The file was read (not refused): the next step asks the client's model, and this client
+    # declared no sampling.
+    assert "'sampling' capability" in refused(summarize_file, path="notes.txt")
 
 
 # ---- search_logs ---------------------------------------------------------------------------------
 
 
 def test_search_logs_searches_inside_the_root_and_never_through_a_symlink_out(dirs: Dirs) -> None:
-    result = search_logs(context(), ".", "ERROR", glob="*")
-    assert [(m["file"], m["text"]) for m in result["matches"]] == [("logs/app.log", "ERROR disk full")]
-    assert "hunter2" not in str(result)
+    found = result(search_logs, directory=".", pattern="ERROR", glob="*")
+    assert [(m["file"], m["text"]) for m in found["matches"]] == [("logs/app.log", "ERROR disk full")]
+    assert "hunter2" not in str(found)
 
 
 @pytest.mark.parametrize("directory", ["/etc", "..", "../outside", "outside-dir", "/proc/self", "/"])
 def test_search_logs_refuses_a_directory_outside_the_root(dirs: Dirs, directory: str) -> None:
-    assert "outside the allowed directory" in refused(lambda: search_logs(context(), directory, "root"))
+    assert "outside the allowed directory" in refused(search_logs, directory=directory, pattern="root")
 
 
 def test_search_logs_with_a_backtracking_pattern_on_a_100kb_line_returns_within_a_second(dirs: Dirs) -> None:
     (dirs.files / "logs" / "long.log").write_text("a" * 100_000 + "\n")
     started = time.monotonic()
-    result = search_logs(context(), "logs", "(.+)+X")
+    found = result(search_logs, directory="logs", pattern="(.+)+X")
     assert time.monotonic() - started < 1
-    assert result["match_count"] == 0 and result["lines_scanned"] == 3
+    assert found["match_count"] == 0 and found["lines_scanned"] == 3
 
 
 @pytest.mark.parametrize("pattern", [r"(a)\1", r"(?<=ERROR )disk", r"ERROR(?! disk)"])
 def test_search_logs_refuses_what_re2_cannot_run_and_says_why(dirs: Dirs, pattern: str) -> None:
-    assert "backreferences (\\1) and lookaround" in refused(lambda: search_logs(context(), "logs", pattern))
+    assert "backreferences (\\1) and lookaround" in refused(search_logs, directory="logs", pattern=pattern)
 
 
 # ---- train_model ---------------------------------------------------------------------------------
 
 
 def test_train_model_writes_the_named_model_under_the_models_directory(dirs: Dirs) -> None:
-    result = train_model(context(), "runs/moons", epochs=2, samples=50)
-    assert result["model"] == "runs/moons.npz"
-    assert result["model_path"] == str(dirs.models / "runs" / "moons.npz")
+    trained = result(train_model, model="runs/moons", epochs=2, samples=50)
+    assert trained["model"] == "runs/moons.npz"
+    assert trained["model_path"] == str(dirs.models / "runs" / "moons.npz")
     with np.load(dirs.models / "runs" / "moons.npz") as weights:
         assert sorted(weights.files) == ["b1", "b2", "w1", "w2"]
     assert os.listdir(dirs.models / "runs") == ["moons.npz"]
@@ -182,12 +162,8 @@ def test_train_model_refuses_names_outside_the_models_directory_before_training(
 ) -> None:
     dirs.models.mkdir()
     (dirs.models / "linked").symlink_to(dirs.outside)
-    runtime = Runtime()
-    ctx = TaskContext(
-        task_id="t", job_id="j", tool_name="train_model", attempt=1, preflight=None, runtime=runtime
-    )
-    refused(lambda: train_model(ctx, model, epochs=3, samples=50))
-    assert runtime.statuses == []  # no epoch ran
+    run = called(train_model, model=model, epochs=3, samples=50)
+    assert run.is_error and run.reports == []  # no epoch ran
     assert sorted(os.listdir(dirs.outside)) == ["secret.txt"]
     assert not Path("/tmp/escape.npz").exists() and not (dirs.models.parent / "escape.npz").exists()
 
@@ -195,12 +171,13 @@ def test_train_model_refuses_names_outside_the_models_directory_before_training(
 def test_train_model_replaces_an_existing_model_only_with_consent(dirs: Dirs) -> None:
     dirs.models.mkdir()
     (dirs.models / "m.npz").write_bytes(b"previous model")
-    assert "nobody agreed" in refused(lambda: train_model(context(), "m", epochs=1, samples=10))
-    declined = context({"overwrite": {"action": "decline"}})
-    assert "declined" in refused(lambda: train_model(declined, "m", epochs=1, samples=10))
+    # Without an answer to its ask_first question (the file appeared after the call was checked):
+    assert "nobody agreed" in refused(train_model, {}, model="m", epochs=1, samples=10)
+    declined = {"overwrite": {"action": "decline"}}
+    assert "declined" in refused(train_model, declined, model="m", epochs=1, samples=10)
     assert (dirs.models / "m.npz").read_bytes() == b"previous model"
-    agreed = context({"overwrite": {"action": "accept", "content": {"overwrite": True}}})
-    train_model(agreed, "m", epochs=1, samples=10)
+    agreed = {"overwrite": {"action": "accept", "content": {"overwrite": True}}}
+    result(train_model, agreed, model="m", epochs=1, samples=10)
     with np.load(dirs.models / "m.npz") as weights:
         assert "w1" in weights.files
 
@@ -217,3 +194,21 @@ def test_the_overwrite_question_uses_the_workers_resolution(
     assert _ask_overwrite({"model": str(dirs.outside / "secret.txt")}) is None  # refused by the worker
     monkeypatch.delenv("MCP_EXAMPLES_MODELS_DIR")
     assert _ask_overwrite({"model": "m"}) is None  # nothing asked: the worker refuses the call
+
+
+def test_summarize_file_asks_the_clients_model_for_the_summary(dirs: Dirs) -> None:
+    def model(params: dict[str, Any] | None) -> dict[str, Any]:
+        prompt = (params or {})["messages"][0]["content"]["text"]
+        words = len(prompt.split("\n\n", 1)[1].split())
+        return {"role": "assistant", "content": {"type": "text", "text": f"{words} words"}, "model": "stub"}
+
+    run = run_tool(summarize_file, {"path": "notes.txt"}, answers={"summary": model})
+    assert run.structured is not None and run.structured["summary"] == "4 words"
+    assert run.structured["model"] == "stub" and run.structured["input_truncated"] is False
+    (request,) = run.requests
+    assert request.method == "sampling/createMessage" and request.params is not None
+    assert request.params["maxTokens"] == 200
+    assert [report.message for report in run.reports] == [
+        "reading notes.txt",
+        "asking the client's model to summarize 19 characters",
+    ]

@@ -30,12 +30,14 @@ LAYERS: dict[str, frozenset[str]] = {
     "cli": frozenset(
         {"root", "telemetry", "store", "tools", "broker", "worker", "tasks", "protocol", "api", "client"}
     ),
+    "testing": frozenset({"root", "store", "tools", "worker"}),
     "entry": frozenset({"root", "broker"}),
 }
 """Folder -> the folders its modules may import at run time (its own always). The root's shared
 leaves (errors, lifecycle, settings, wire, transient) are the floor; ``celery_main`` is an entry
 point of Celery's own tools. The server side (tasks, protocol, api) and the worker side (worker,
-maintenance) meet only in the folders both stand on."""
+maintenance) meet only in the folders both stand on. ``testing`` (the shipped test kit) runs the
+worker side in memory: nothing imports it."""
 ENTRY_MODULES = frozenset({f"{PACKAGE}.celery_main"})
 SERVER_FOLDERS = frozenset({"tasks", "protocol", "api"})
 WORKER_FOLDERS = frozenset({"worker", "maintenance"})
@@ -61,6 +63,34 @@ def test_public_api_is_pinned() -> None:
         "tool",
     ]
     assert len(set(mcp_celery_tasks.__all__)) == len(mcp_celery_tasks.__all__)
+
+
+def test_the_test_kit_is_pinned_and_ships_in_the_wheel() -> None:
+    import tomllib
+
+    from mcp_celery_tasks import testing
+
+    assert sorted(testing.__all__) == [
+        "ALL_CAPABILITIES",
+        "InputRequest",
+        "LogEntry",
+        "MemoryInbox",
+        "MemoryStore",
+        "Report",
+        "Row",
+        "ToolRun",
+        "UnansweredInput",
+        "answer_everything",
+        "run_tool",
+    ]
+    pyproject = tomllib.loads((PACKAGE_DIR.parent / "pyproject.toml").read_text())
+    listed = set(pyproject["tool"]["setuptools"]["packages"])
+    folders = {
+        ".".join([PACKAGE, *init.parent.relative_to(PACKAGE_DIR).parts])
+        for init in PACKAGE_DIR.rglob("__init__.py")
+    }
+    assert f"{PACKAGE}.testing" in folders
+    assert folders <= listed, sorted(folders - listed)
 
 
 def test_every_public_name_resolves() -> None:
@@ -216,7 +246,10 @@ def test_the_server_side_never_reaches_the_worker_side() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", sorted(m for m in MODULES if folder(m) in {"worker", "tools", "store"} and m not in CELERY_GLUE)
+    "module",
+    sorted(
+        m for m in MODULES if folder(m) in {"worker", "tools", "store", "testing"} and m not in CELERY_GLUE
+    ),
 )
 def test_the_job_pipeline_never_imports_celery(module: str) -> None:
     reached = reachable(module)

@@ -65,3 +65,16 @@ def test_readme_tool_module_recipe_registers_its_tool(tmp_path: Path) -> None:
     assert ran.returncode == 0, ran.stderr
     schema = json.loads(ran.stdout)["countdown"]
     assert schema["properties"]["seconds"]["type"] == "integer" and "required" not in schema
+
+
+def test_readme_testing_example_runs_and_passes(tmp_path: Path) -> None:
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_my_tools.py").write_text(_python_block("# tests/test_my_tools.py"))
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:asyncio"]
+    ran = subprocess.run(
+        [*command, "-W", "error", "tests"],
+        cwd=tmp_path, env={"PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "2 passed" in ran.stdout, ran.stdout

@@ -15,9 +15,9 @@ from mcp_celery_tasks import McpError, TaskCancelled, TaskContext, ToolError, to
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
+from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, Row
 from mcp_celery_tasks.worker.observe import JobObserver
 from mcp_celery_tasks.worker.runner import JobRunner, worker_identity
-from tests.doubles import FakeInbox, MemoryStore, Row
 
 # ---- fake tools (registered under names no other test uses) ------------------------------------
 
@@ -167,7 +167,7 @@ def make_runner(store: MemoryStore, observer: Recorder, **settings: Any) -> JobR
     runner = JobRunner(
         store,
         Settings(report_min_interval_seconds=60.0, **settings),
-        lambda: FakeInbox(),
+        lambda: MemoryInbox(),
         observer=observer,
     )
     runner.RECORD_RETRY_DELAY_S = 0.001
@@ -274,7 +274,10 @@ def test_an_async_tool_is_awaited(store: MemoryStore, observer: Recorder) -> Non
 
 def test_the_last_report_lands_before_the_outcome(store: MemoryStore, observer: Recorder) -> None:
     _, row, _ = run(store, observer, "reports")
-    assert row.status == "completed" and row.status_message == "step 2"
+    assert row.status == "completed" and row.reports[-1][0] == "step 2"
+    last_report = max(i for i, call in enumerate(store.calls) if call == "report")
+    assert last_report < store.calls.index("finish")
+    assert row.status_message is None  # a finished task says how it ended (the SQL store's rule)
 
 
 def test_a_tool_error_completes_with_is_error(store: MemoryStore, observer: Recorder) -> None:

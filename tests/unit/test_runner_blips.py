@@ -12,8 +12,8 @@ from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks import TaskContext, tool
 from mcp_celery_tasks.errors import WorkerStopping
+from mcp_celery_tasks.testing import MemoryStore
 from mcp_celery_tasks.worker import child as jobprocess
-from tests.doubles import MemoryStore
 from tests.unit.test_runner import Recorder, SpyLeases, make_runner
 
 PREFIX = "unit_runner_blips_"

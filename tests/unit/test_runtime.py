@@ -10,10 +10,10 @@ import pytest
 from mcp_celery_tasks import TaskCancelled
 from mcp_celery_tasks.errors import InputTimedOut
 from mcp_celery_tasks.store.records import InputRecord
+from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, Row
 from mcp_celery_tasks.tools.inputs import ELICIT, elicit_params, params_hash
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.runtime import Runtime
-from tests.doubles import FakeInbox, MemoryStore, Row
 from tests.support import wait_until
 
 ME = "host:1:me"
@@ -26,8 +26,8 @@ def claimed_row(store: MemoryStore, **columns: Any) -> Row:
     return row
 
 
-def runtime_for(store: MemoryStore, row: Row, inbox: FakeInbox | None = None, **options: Any) -> Runtime:
-    box = inbox or FakeInbox()
+def runtime_for(store: MemoryStore, row: Row, inbox: MemoryInbox | None = None, **options: Any) -> Runtime:
+    box = inbox or MemoryInbox()
     return Runtime(
         store,
         task_id=row.task_id,
@@ -145,7 +145,7 @@ def test_a_refused_lease_renewal_marks_the_runtime_lost() -> None:
 def test_an_ask_opens_the_rows_and_returns_the_answers() -> None:
     store = MemoryStore()
     row = claimed_row(store)
-    inbox = FakeInbox(lambda task_id: store.answer(task_id, "q", ACCEPT))
+    inbox = MemoryInbox(lambda task_id: store.answer(task_id, "q", ACCEPT))
     answers = runtime_for(store, row, inbox).ask({"q": question("Sure?")}, 5.0)
     assert answers == {"q": ACCEPT}
     assert inbox.declared == 1 and row.inbox == inbox.name
@@ -156,7 +156,7 @@ def test_a_recorded_answer_is_replayed_without_asking_again() -> None:
     store = MemoryStore()
     row = claimed_row(store)
     row.inputs["q"] = recorded("q", "Sure?", ACCEPT)
-    inbox = FakeInbox()
+    inbox = MemoryInbox()
     assert runtime_for(store, row, inbox).ask({"q": question("Sure?")}, 5.0) == {"q": ACCEPT}
     assert inbox.declared == 0 and "open_inputs" not in store.calls
 
@@ -165,7 +165,7 @@ def test_a_rerun_waits_on_its_earlier_outstanding_request_under_the_same_key() -
     store = MemoryStore()
     row = claimed_row(store)
     row.inputs["q"] = recorded("q", "Sure?")
-    inbox = FakeInbox(lambda task_id: store.answer(task_id, "q", ACCEPT))
+    inbox = MemoryInbox(lambda task_id: store.answer(task_id, "q", ACCEPT))
     assert runtime_for(store, row, inbox).ask({"q": question("Sure?")}, 5.0) == {"q": ACCEPT}
     assert sorted(row.inputs) == ["q"]
 
@@ -178,7 +178,7 @@ def test_an_automatic_key_whose_question_changed_supersedes_the_old_request() ->
     row.inputs[old_key] = recorded(old_key, "Attempt 1?")
     new = question("Attempt 2?")
     new_key = f"1-{new[2]}"
-    inbox = FakeInbox(lambda task_id: store.answer(task_id, new_key, ACCEPT))
+    inbox = MemoryInbox(lambda task_id: store.answer(task_id, new_key, ACCEPT))
     assert runtime_for(store, row, inbox).ask({new_key: new}, 5.0) == {new_key: ACCEPT}
     assert row.inputs[old_key].superseded and row.inputs[old_key].response is None
 
@@ -188,7 +188,7 @@ def test_an_explicit_key_that_named_another_request_is_asked_anew_with_a_suffix(
     row = claimed_row(store)
     row.inputs["name"] = recorded("name", "Attempt 1?", ACCEPT)
     row.inputs["name~2"] = recorded("name~2", "Attempt 2?")
-    inbox = FakeInbox(lambda task_id: store.answer(task_id, "name~3", ACCEPT))
+    inbox = MemoryInbox(lambda task_id: store.answer(task_id, "name~3", ACCEPT))
     answers = runtime_for(store, row, inbox).ask({"name": question("Attempt 3?")}, 5.0)
     assert answers == {"name": ACCEPT}  # the author's key, whatever the row's key is
     assert row.inputs["name~3"].params_hash == question("Attempt 3?")[2]
@@ -198,7 +198,7 @@ def test_an_explicit_key_that_named_another_request_is_asked_anew_with_a_suffix(
 def test_a_cancel_during_the_wait_raises_task_cancelled_and_marks_lost() -> None:
     store = MemoryStore()
     row = claimed_row(store)
-    runtime = runtime_for(store, row, FakeInbox(store.cancel))
+    runtime = runtime_for(store, row, MemoryInbox(store.cancel))
     with pytest.raises(TaskCancelled):
         runtime.ask({"q": question("Sure?")}, 5.0)
     assert runtime.lost

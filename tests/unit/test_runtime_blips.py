@@ -12,10 +12,10 @@ import pytest
 import redis.exceptions
 
 from mcp_celery_tasks.errors import InfrastructureError, WorkerStopping
+from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, answer_everything
 from mcp_celery_tasks.transient import OutageTooLong
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.runtime import Runtime
-from tests.doubles import FakeInbox, MemoryStore, answer_everything
 from tests.support import wait_until
 from tests.unit.test_runtime import ACCEPT, ME, claimed_row, question, runtime_for
 
@@ -32,7 +32,7 @@ def test_a_report_during_a_database_blip_lands_and_the_tool_never_sees_it() -> N
 def test_every_read_and_write_of_an_input_wait_rides_out_a_blip() -> None:
     store = MemoryStore()
     row = claimed_row(store)
-    runtime = runtime_for(store, row, FakeInbox(answer_everything(store, ACCEPT)))
+    runtime = runtime_for(store, row, MemoryInbox(answer_everything(store, ACCEPT)))
     for method in ("all_inputs", "open_inputs", "input_state"):
         store.fail(method, 1)
     answers = runtime.ask({"q": question("Sure?")}, timeout_s=30)
@@ -40,7 +40,7 @@ def test_every_read_and_write_of_an_input_wait_rides_out_a_blip() -> None:
     assert [store.calls.count(m) for m in ("all_inputs", "open_inputs")] == [2, 2]
 
 
-class DeadBroker(FakeInbox):
+class DeadBroker(MemoryInbox):
     """An inbox whose broker is down: declare and wait raise what redis-py raises."""
 
     def declare(self) -> None:
@@ -165,7 +165,7 @@ def test_stop_signal_during_an_input_wait_leaves_the_question_outstanding() -> N
         assert runtime is not None
         runtime.stop_signalled()  # SIGTERM while blocked on the inbox
 
-    runtime = runtime_for(store, row, FakeInbox(on_wait))
+    runtime = runtime_for(store, row, MemoryInbox(on_wait))
     with pytest.raises(WorkerStopping):
         runtime.ask({"q": question("Sure?")}, timeout_s=30)
     assert store.outstanding(row.task_id) == ["q"] and _answers(store, row.task_id) == {"q": None}

@@ -1,10 +1,13 @@
-"""Test doubles for the worker's unit tests: an in-memory store and an inbox.
+"""The worker side in memory: a store and an inbox, for tests that run jobs without services.
 
 ``MemoryStore`` implements exactly the ``WorkerStore`` methods the runner, the runtime and the
 lease keeper call, with the guards of the SQL in ``store/queries.py``: terminal rows never
 change, a worker's writes are fenced by ``worker = me``, the claim honours leases, cancels and
 the attempt cap. The integration tests check the SQL itself; these check the code above it, in
 milliseconds. Test helpers (``add``, ``cancel``, ``answer``, ``fail``) play the API's part.
+
+Held to ``WorkerStore`` by one contract suite (``tests/integration/test_store_contract.py``): the
+same tests pass against both.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any
 
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.store.records import ClaimedTask, InputRecord
+
+__all__ = ["ACTIVE", "TERMINAL", "MemoryInbox", "MemoryStore", "Row", "answer_everything"]
 
 ACTIVE = ("working", "input_required")
 TERMINAL = ("completed", "failed", "cancelled")
@@ -54,6 +59,9 @@ class Row:
     progress: float | None = None
     progress_total: float | None = None
     logs: list[tuple[str, str | None, Any]] = field(default_factory=list)
+    log_level: str | None = None
+    reports: list[tuple[str, float | None, float | None]] = field(default_factory=list)
+    """Every status report written, in order (``status_message`` is the last one)."""
 
 
 class MemoryStore:
@@ -132,6 +140,7 @@ class MemoryStore:
             max_attempts=row.max_attempts,
             queue=row.queue,
             age_s=now - row.created_at,
+            log_level=row.log_level,
         )
 
     def job_state(self, job_id: str) -> dict[str, Any] | None:
@@ -202,6 +211,7 @@ class MemoryStore:
         if row is None:
             return False
         row.status_message = message
+        row.reports.append((message, progress, total))
         row.progress = progress if progress is not None else row.progress
         row.progress_total = total if total is not None else row.progress_total
         return True
@@ -286,7 +296,7 @@ class MemoryStore:
             return False
         row.status, row.result, row.error = status, result, error
         row.error_kind, row.error_message = error_kind, error_message
-        row.status_message = message if message is not None else row.status_message
+        row.status_message = message  # a finished task says how it ended, never its last progress
         row.finished, row.lease_until = True, None
         return True
 
@@ -318,7 +328,7 @@ class MemoryStore:
         return row
 
 
-class FakeInbox:
+class MemoryInbox:
     """The process's inbox: ``on_wait`` plays the client (answers, cancels) while a job waits."""
 
     def __init__(self, on_wait: Callable[[str], None] | None = None, name: str = "mcp.inbox.test") -> None:
@@ -340,7 +350,7 @@ class FakeInbox:
 
 
 def answer_everything(store: MemoryStore, response: dict[str, Any]) -> Callable[[str], None]:
-    """An ``on_wait`` for ``FakeInbox``: the client answers every outstanding request."""
+    """An ``on_wait`` for ``MemoryInbox``: the client answers every outstanding request."""
 
     def on_wait(task_id: str) -> None:
         for key in store.outstanding(task_id):
