@@ -197,7 +197,7 @@ def create_server(settings: Settings) -> FastAPI:
             principal = authenticator.principal(request.headers.get("authorization"))
         except Unauthorized:
             return Response(status_code=401)
-        deleted = await request.state.services.store.delete_session(session_id, principal)
+        deleted = await request.state.services.tasks.end_session(session_id, principal)
         return Response(status_code=200 if deleted else 404)
 
     @app.get(METADATA_PATH)

@@ -217,7 +217,7 @@ async def _legacy(
     meta = None
     if name != "initialize":
         assert headers.session_id is not None  # is_legacy: initialize, or a session header
-        session = await services.store.get_session(headers.session_id, principal)
+        session = await services.tasks.session(headers.session_id, principal)
         if session is None:
             # 2025-11-25 Streamable HTTP: an unknown session is 404; the client initializes again.
             return Reply(

@@ -141,7 +141,7 @@ async def initialize(services: Services, ctx: RequestContext, params: LegacyPara
     if declared > limit:
         raise InvalidParams(f"capabilities and clientInfo are {declared} bytes, more than {limit}")
     session_id = secrets.token_urlsafe(24)
-    opened = await services.store.create_session(
+    opened = await services.tasks.open_session(
         session_id, ctx.principal, version, capabilities or {}, client_info
     )
     if not opened:
@@ -174,7 +174,7 @@ async def set_level(services: Services, ctx: RequestContext, params: SetLevelPar
     """``logging/setLevel``: the session's later synchronous calls get the jobs' log messages
     at this level and above (never its tasks)."""
     assert ctx.session_id is not None
-    if not await services.store.set_session_log_level(ctx.session_id, ctx.principal, params.level):
+    if not await services.tasks.set_log_level(ctx.session_id, ctx.principal, params.level):
         raise InvalidParams("Session not found")
     return {}
 
@@ -321,7 +321,7 @@ async def client_response(services: Services, principal: str, body: dict[str, An
     if not response_id.startswith(INPUT_ID_PREFIX):
         return
     task_id, _, key = response_id.removeprefix(INPUT_ID_PREFIX).partition("/")
-    record = await services.store.get_task(task_id, principal)
+    record = await services.tasks.find(task_id, principal)
     if record is None:
         return
     if "result" in body and isinstance(body["result"], dict):
@@ -359,7 +359,7 @@ async def list_tasks(services: Services, ctx: RequestContext, params: LegacyList
             raise InvalidParams("Invalid cursor")
     # A session's own tasks: never another client's, also when auth is off (everyone is anon).
     assert ctx.session_id is not None
-    records = await services.store.list_tasks(ctx.principal, ctx.session_id, PAGE + 1, after)
+    records = await services.tasks.session_tasks(ctx.principal, ctx.session_id, PAGE + 1, after)
     result: dict[str, Any] = {"tasks": [task(r) for r in records[:PAGE]]}
     if len(records) > PAGE:
         last = records[PAGE - 1]
@@ -374,5 +374,5 @@ async def cancel_task(services: Services, ctx: RequestContext, params: LegacyTas
         # SEP-1686: cancelling a terminal task is an error (SEP-2663 acknowledges instead).
         raise InvalidParams(f"Cannot cancel a task in terminal status {record.status!r}")
     await services.tasks.cancel(record.task_id, ctx.principal, "cancelled by the client")
-    updated = await services.store.get_task(record.task_id, ctx.principal)
+    updated = await services.tasks.find(record.task_id, ctx.principal)
     return task(updated or record)
