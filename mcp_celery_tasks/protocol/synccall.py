@@ -19,7 +19,7 @@ from mcp_celery_tasks.lifecycle import COMPLETED, FAILED, INPUT_REQUIRED
 from mcp_celery_tasks.protocol import rounds as mrtr
 from mcp_celery_tasks.protocol.rpc import error_body
 from mcp_celery_tasks.protocol.services import Services
-from mcp_celery_tasks.store import TaskRecord
+from mcp_celery_tasks.store import TaskError, TaskRecord
 from mcp_celery_tasks.tasks.service import UNKNOWN_TASK, RequestContext, TaskView
 from mcp_celery_tasks.tools.registry import ToolSpec
 from mcp_celery_tasks.wire import dump
@@ -34,7 +34,7 @@ class StoredError(ProtocolError):
 
     http_status = 200
 
-    def __init__(self, error: dict[str, Any]) -> None:
+    def __init__(self, error: TaskError) -> None:
         super().__init__(str(error.get("message", "")), error.get("data"))
         self.code = int(error.get("code", codes.INTERNAL_ERROR))
 
@@ -97,8 +97,12 @@ class Modern:
                 f"The tool did not finish within {services.settings.max_sync_wait_seconds:.0f} s; "
                 "call it as a task (declare the io.modelcontextprotocol/tasks extension) instead"
             )
-        error = record.error or {}
-        if record.status == COMPLETED and error.get("code") == codes.MISSING_REQUIRED_CLIENT_CAPABILITY:
+        error = record.error
+        if (
+            record.status == COMPLETED
+            and error is not None
+            and error.get("code") == codes.MISSING_REQUIRED_CLIENT_CAPABILITY
+        ):
             # The job asked for an input kind this request did not declare: -32021, as before a
             # task exists (SEP-2322 MRTR; the error names what is missing).
             raise MissingCapability(str(error.get("message", "")), _required(error))
@@ -109,7 +113,7 @@ class Modern:
         raise ProtocolError("The tool call was cancelled")
 
 
-def _required(error: dict[str, Any]) -> dict[str, Any] | None:
+def _required(error: TaskError) -> dict[str, Any] | None:
     data = error.get("data")
     needed = data.get("requiredCapabilities") if isinstance(data, dict) else None
     return needed if isinstance(needed, dict) else None

@@ -90,7 +90,7 @@ def detailed(view: TaskView) -> DetailedTaskResult:
     if record.status == COMPLETED:
         task.result = record.result or {"content": [], "isError": False}
     elif record.status == FAILED:
-        task.error = record.error or {"code": codes.INTERNAL_ERROR, "message": "The task failed"}
+        task.error = dict(record.error or {"code": codes.INTERNAL_ERROR, "message": "The task failed"})
     elif record.status == INPUT_REQUIRED:
         task.input_requests = view.input_requests
     return task

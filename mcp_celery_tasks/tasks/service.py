@@ -17,12 +17,20 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from mcp_celery_tasks.errors import InvalidParams, MissingCapability
 from mcp_celery_tasks.lifecycle import INPUT_REQUIRED, WORKING
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import ApiStore, CancelOutcome, InputRecord, LogRecord, NewTask, TaskRecord
+from mcp_celery_tasks.store import (
+    ApiStore,
+    CancelOutcome,
+    InputRecord,
+    LogRecord,
+    NewTask,
+    SessionRecord,
+    TaskRecord,
+)
 from mcp_celery_tasks.tasks.events import TaskEvents
 from mcp_celery_tasks.tasks.quotas import Quotas
 from mcp_celery_tasks.telemetry import metrics, tracing
@@ -32,6 +40,7 @@ from mcp_celery_tasks.wire import PLACE_IN_LINE, RequestMeta, declares_tasks
 
 __all__ = [
     "UNKNOWN_TASK",
+    "InputRequest",
     "Publisher",
     "RequestContext",
     "TaskService",
@@ -74,6 +83,14 @@ class RequestContext:
             raise MissingCapability()
 
 
+class InputRequest(TypedDict):
+    """One entry of ``inputRequests``: the request to the client (``roots/list`` may have no
+    params)."""
+
+    method: str
+    params: NotRequired[dict[str, Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class TaskView:
     """A task as every protocol shows it: the row, plus its outstanding input requests (only
@@ -83,13 +100,15 @@ class TaskView:
     inputs: tuple[InputRecord, ...] = ()
 
     @property
-    def input_requests(self) -> dict[str, dict[str, Any]]:
+    def input_requests(self) -> dict[str, InputRequest]:
         """``inputRequests``: key -> ``{method, params}`` (``roots/list`` may have no params)."""
         return {item.key: _input_entry(item) for item in self.inputs}
 
 
-def _input_entry(item: InputRecord) -> dict[str, Any]:
-    return {"method": item.method, **({"params": item.params} if item.params is not None else {})}
+def _input_entry(item: InputRecord) -> InputRequest:
+    if item.params is None:
+        return {"method": item.method}
+    return {"method": item.method, "params": item.params}
 
 
 def new_task_id() -> str:
@@ -258,7 +277,7 @@ class TaskService:
             session_id, principal, protocol_version, capabilities, client_info
         )
 
-    async def session(self, session_id: str, principal: str) -> dict[str, Any] | None:
+    async def session(self, session_id: str, principal: str) -> SessionRecord | None:
         """The principal's live session (an expired or foreign one reads as unknown)."""
         return await self._store.get_session(session_id, principal)
 
