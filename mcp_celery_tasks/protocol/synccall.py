@@ -88,7 +88,7 @@ class Modern:
             raise InternalError("the task disappeared before it finished")
         record = view.record
         if record.status == INPUT_REQUIRED and view.inputs:
-            state = {"k": "task", "task": record.task_id}
+            state: mrtr.RoundState = {"k": "task", "task": record.task_id}
             round_ = mrtr.input_required(services, ctx, self.spec, self.arguments, state, view.input_requests)
             return dump(round_)
         if record.active:
