@@ -14,10 +14,10 @@ import concurrent.futures
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from mcp_celery_tasks.lifecycle import ACTIVE, Status, allowed_from
-from mcp_celery_tasks.store import AnswerOutcome, CancelOutcome, InputRecord, NewTask, TaskRecord
+from mcp_celery_tasks.store import AnswerOutcome, CancelOutcome, InputRecord, NewTask, TaskError, TaskRecord
 from mcp_celery_tasks.tools.inputs import params_hash
 
 __all__ = ["MemoryApiStore", "RecordingPublisher"]
@@ -64,7 +64,7 @@ class MemoryApiStore:
             status=row.status,
             status_message=row.status_message,
             result=row.result,
-            error=row.error,
+            error=cast(TaskError | None, row.error),
             created_at=row.created_at,
             last_updated_at=row.last_updated_at,
             retention_ms=task.retention_ms,

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mutabl
 from typing import Any
 
 from mcp_celery_tasks.errors import InvalidRequest, ParseError, ProtocolError
-from mcp_celery_tasks.protocol import dispatch
+from mcp_celery_tasks.protocol import rpc
 from mcp_celery_tasks.settings import Settings
 
 __all__ = [
@@ -98,9 +98,9 @@ def header_value(headers: dict[str, str], name: str) -> str | None:
     return value.strip() if value is not None else None
 
 
-def rpc_headers(headers: dict[str, str]) -> dispatch.Headers:
+def rpc_headers(headers: dict[str, str]) -> rpc.Headers:
     """The header values dispatch checks the body against."""
-    return dispatch.Headers(
+    return rpc.Headers(
         protocol_version=header_value(headers, "mcp-protocol-version"),
         method=header_value(headers, "mcp-method"),
         name=header_value(headers, "mcp-name"),
@@ -164,10 +164,10 @@ async def _parse(receive: Receive, declared: str | None, settings: Settings) -> 
         body = _DECODER.decode(raw.decode("utf-8-sig"))  # RFC 8259: UTF-8; a BOM may be ignored
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise Refused(400, ParseError("Parse error: the body is not valid JSON")) from None
-    problem = dispatch.unstorable(body)
+    problem = rpc.unstorable(body)
     if problem is not None:
         request_id = body.get("id") if isinstance(body, dict) else None
-        if dispatch.unstorable(request_id) is not None or not dispatch.valid_id(request_id):
+        if rpc.unstorable(request_id) is not None or not rpc.valid_id(request_id):
             request_id = None
         raise Refused(400, InvalidRequest(f"Invalid request: {problem}"), request_id)
     return body

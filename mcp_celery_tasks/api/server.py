@@ -36,7 +36,7 @@ from mcp_celery_tasks.errors import (
     QuotaExceeded,
 )
 from mcp_celery_tasks.protocol import dispatch
-from mcp_celery_tasks.protocol.rpc import Stream, error_body
+from mcp_celery_tasks.protocol.rpc import Reply, Stream, error_body, settle
 from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import migrate
@@ -78,7 +78,7 @@ sensible keep-alive interval: no proxy cuts a request that has been silent for 2
 
 async def _handle(
     services: Services, request: Request, headers: dict[str, str], principal: str, budget: intake.BodyBudget
-) -> dispatch.Reply:
+) -> Reply:
     """Read, parse and dispatch one request within its principal's and the process's limits."""
     settings = services.settings
     quotas = services.tasks.quotas
@@ -104,16 +104,25 @@ class _Endpoint:
 def create_server(settings: Settings) -> FastAPI:
     """The ASGI app. The services start with the lifespan (``app.running``)."""
     authenticator = Authenticator(settings)
-    head = migrate.head_revision()
-    tracing_on = bool(settings.trace_file or settings.otlp_endpoint)
-    budget = intake.BodyBudget(settings.max_inflight_body_bytes)
+    app = _app(settings)
+    # The hot path is a plain Starlette route: the JSON-RPC body is parsed and validated by
+    # dispatch, so FastAPI's per-request dependency solving and query parsing would buy nothing.
+    post = _McpPost(settings, authenticator, intake.BodyBudget(settings.max_inflight_body_bytes))
+    app.router.routes.append(Route("/mcp", _Endpoint(post), methods=["POST"]))
+    _session_routes(app, authenticator)
+    _health_routes(app, migrate.head_revision())
+    if settings.metrics_enabled:
+        app.add_api_route("/metrics", _prometheus, methods=["GET"])
+    return app
 
+
+def _app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Services]]:
         async with composition.running(settings) as services:
             yield {"services": services}
 
-    app = FastAPI(
+    return FastAPI(
         title="mcp-celery-tasks",
         lifespan=lifespan,
         docs_url=None,
@@ -121,26 +130,41 @@ def create_server(settings: Settings) -> FastAPI:
         openapi_url=None,
         # FastAPI's own request spans only when this process exports traces (tracing.configure);
         # otherwise it looks up three OpenTelemetry providers on every request for nothing.
-        telemetry={"tracing": tracing_on, "metrics": False, "logs": False},
+        telemetry={
+            "tracing": bool(settings.trace_file or settings.otlp_endpoint),
+            "metrics": False,
+            "logs": False,
+        },
     )
 
-    async def mcp_post(request: Request) -> Response:
+
+class _McpPost:
+    """POST /mcp: Origin, authentication, then read, dispatch and answer one JSON-RPC message."""
+
+    def __init__(self, settings: Settings, authenticator: Authenticator, budget: intake.BodyBudget) -> None:
+        self.settings = settings
+        self.authenticator = authenticator
+        self.budget = budget
+
+    async def __call__(self, request: Request) -> Response:
         services: Services = request.state.services
         headers = intake.request_headers(request.scope["headers"])
         origin = headers.get("origin")
-        if origin is not None and not _origin_allowed(origin, settings):
+        if origin is not None and not _origin_allowed(origin, self.settings):
             return _error(403, InvalidRequest("Origin not allowed"))
         authorization = headers.get("authorization")
         try:
-            if authorization and authorization.count(".") == 2 and settings.jwt_jwks_url:
-                principal = await asyncio.to_thread(authenticator.principal, authorization)  # may fetch JWKS
+            if authorization and authorization.count(".") == 2 and self.settings.jwt_jwks_url:
+                principal = await asyncio.to_thread(
+                    self.authenticator.principal, authorization
+                )  # may fetch JWKS
             else:
-                principal = authenticator.principal(authorization)
+                principal = self.authenticator.principal(authorization)
         except Unauthorized as exc:
-            challenge = authenticator.challenge(str(request.base_url), str(exc))
+            challenge = self.authenticator.challenge(str(request.base_url), str(exc))
             return _error(401, InvalidRequest(f"Unauthorized: {exc}"), **{"WWW-Authenticate": challenge})
         try:
-            reply = await _handle(services, request, headers, principal, budget)
+            reply = await _handle(services, request, headers, principal, self.budget)
         except QuotaExceeded as exc:
             return _error(exc.http_status, exc, **exc.headers)
         except intake.Busy:
@@ -150,37 +174,42 @@ def create_server(settings: Settings) -> FastAPI:
             return _error(refused.status, refused.error, refused.request_id)
         except intake.Disconnected:
             return Response(status_code=499)  # nobody reads it: the client left mid-body
-        if reply.stream is not None:
-            return StreamingResponse(
-                _sse_stream(services, reply.stream),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(reply.headers or {})},
-            )
-        if reply.deferred is None:
-            if reply.body is None:
-                return Response(status_code=reply.http_status, headers=reply.headers)
-            return _json(reply.http_status, reply.body, reply.headers)
-        settled = asyncio.create_task(dispatch.settle(services, reply))
-        if "text/event-stream" in headers.get("accept", ""):
-            # A call that settles at once is answered as JSON, with its own status (-32021 is
-            # HTTP 400); a longer one streams, and its status is committed as 200.
-            try:
-                done, _ = await asyncio.wait({settled}, timeout=SSE_COMMIT_S)
-            except asyncio.CancelledError:
-                settled.cancel()
-                raise
-            if done:
-                return _json(reply.http_status, settled.result())
-            return StreamingResponse(
-                _sse(services, settled),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        return await _json_when_settled(reply, settled, request)
+        return await _respond(services, reply, headers, request)
 
-    # The hot path is a plain Starlette route: the JSON-RPC body is parsed and validated by
-    # dispatch, so FastAPI's per-request dependency solving and query parsing would buy nothing.
-    app.router.routes.append(Route("/mcp", _Endpoint(mcp_post), methods=["POST"]))
+
+async def _respond(services: Services, reply: Reply, headers: dict[str, str], request: Request) -> Response:
+    """A reply as JSON, an SSE stream of its messages, or a synchronous call awaited."""
+    if reply.stream is not None:
+        return StreamingResponse(
+            _sse_stream(services, reply.stream),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(reply.headers or {})},
+        )
+    if reply.sync is None:
+        if reply.body is None:
+            return Response(status_code=reply.http_status, headers=reply.headers)
+        return _json(reply.http_status, reply.body, reply.headers)
+    settled = asyncio.create_task(settle(reply))
+    if "text/event-stream" in headers.get("accept", ""):
+        # A call that settles at once is answered as JSON, with its own status (-32021 is
+        # HTTP 400); a longer one streams, and its status is committed as 200.
+        try:
+            done, _ = await asyncio.wait({settled}, timeout=SSE_COMMIT_S)
+        except asyncio.CancelledError:
+            settled.cancel()
+            raise
+        if done:
+            return _json(reply.http_status, settled.result())
+        return StreamingResponse(
+            _sse(services, settled),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    return await _json_when_settled(reply, settled, request)
+
+
+def _session_routes(app: FastAPI, authenticator: Authenticator) -> None:
+    """GET and DELETE /mcp (2025-11-25 sessions), and the protected resource metadata."""
 
     @app.get("/mcp")
     async def mcp_get() -> Response:
@@ -197,13 +226,15 @@ def create_server(settings: Settings) -> FastAPI:
             principal = authenticator.principal(request.headers.get("authorization"))
         except Unauthorized:
             return Response(status_code=401)
-        deleted = await request.state.services.store.delete_session(session_id, principal)
+        deleted = await request.state.services.tasks.end_session(session_id, principal)
         return Response(status_code=200 if deleted else 404)
 
     @app.get(METADATA_PATH)
     async def protected_resource_metadata(request: Request) -> Response:
         return _json(200, authenticator.metadata(str(request.base_url)))
 
+
+def _health_routes(app: FastAPI, head: str | None) -> None:
     @app.get("/healthz")
     async def healthz() -> Response:
         """The process is alive (it answers); nothing else is checked."""
@@ -228,13 +259,9 @@ def create_server(settings: Settings) -> FastAPI:
         ready = all(value == "ok" for value in checks.values()) and len(checks) == 3
         return _json(200 if ready else 503, {"ready": ready, "checks": checks})
 
-    if settings.metrics_enabled:
 
-        @app.get("/metrics")
-        async def prometheus() -> Response:
-            return Response(metrics.render(), media_type=metrics.CONTENT_TYPE_LATEST)
-
-    return app
+async def _prometheus() -> Response:
+    return Response(metrics.render(), media_type=metrics.CONTENT_TYPE_LATEST)
 
 
 def from_environment() -> FastAPI:
@@ -287,7 +314,7 @@ async def _sse_stream(services: Services, stream: Stream) -> AsyncIterator[str]:
 
 
 async def _json_when_settled(
-    reply: dispatch.Reply, settled: asyncio.Task[dict[str, Any]], request: Request
+    reply: Reply, settled: asyncio.Task[dict[str, Any]], request: Request
 ) -> Response:
     try:
         while True:

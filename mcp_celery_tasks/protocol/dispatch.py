@@ -1,7 +1,9 @@
 """JSON-RPC dispatch over the method table: era, headers, ``_meta``, params, errors.
 
 No HTTP here: the transport hands over the parsed body plus the few header values the
-2026-07-28 rules compare against the body, and gets back a ``Reply``. A request belongs to the
+2026-07-28 rules compare against the body (``rpc.Headers``), and gets back an ``rpc.Reply``; a
+synchronous call's reply carries its ``SyncCall``, which the transport settles (``rpc.settle``)
+without coming back here. Era detection happens here only (``_is_legacy``). A request belongs to the
 2026-07-28 era (stateless, ``_meta`` on every request, Streamable HTTP header rules, errors with
 their HTTP status) unless it is a 2025-11-25 handshake request (``initialize``, or a session
 header without modern ``_meta``), which is served from the session and answered with HTTP 200
@@ -10,14 +12,9 @@ header without modern ``_meta``), which is served from the session and answered 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
-import math
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -27,104 +24,33 @@ from mcp_celery_tasks.errors import (
     InvalidParams,
     InvalidRequest,
     MethodNotFound,
-    MissingCapability,
     QuotaExceeded,
     UnsupportedVersion,
 )
 from mcp_celery_tasks.protocol import methods
 from mcp_celery_tasks.protocol import v2025_11_25 as legacy
 from mcp_celery_tasks.protocol.rpc import (
-    Deferred,
+    Headers,
     Method,
+    Reply,
     Stream,
     WithHeaders,
     as_protocol_error,
+    decode_header_value,
     error_body,
+    observe,
     result_body,
+    valid_id,
 )
 from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.protocol.synccall import SyncCall
 from mcp_celery_tasks.tasks.service import RequestContext
-from mcp_celery_tasks.telemetry import metrics
 from mcp_celery_tasks.tools.registry import get_tool
-from mcp_celery_tasks.wire import ALL_VERSIONS, RequestMeta, dump
+from mcp_celery_tasks.wire import ALL_VERSIONS, LEGACY_VERSIONS, RequestMeta, dump
 
-__all__ = ["Headers", "Reply", "decode_header_value", "dispatch", "settle", "unstorable", "valid_id"]
+__all__ = ["dispatch"]
 
 logger = logging.getLogger("mcp_celery_tasks.dispatch")
-request_log = logging.getLogger("mcp_celery_tasks.requests")
-
-MAX_DEPTH = 64
-
-
-@dataclass(frozen=True)
-class Headers:
-    """The request headers the body is checked against (values already stripped)."""
-
-    protocol_version: str | None
-    method: str | None
-    name: str | None
-    session_id: str | None = None
-    accepts_sse: bool = True
-    params: Mapping[str, str] = field(default_factory=dict)
-    """``Mcp-Param-<Name>`` headers by lower-cased name (SEP-2243 custom headers)."""
-
-
-@dataclass
-class Reply:
-    """What to send: a JSON-RPC response (or nothing for a notification), maybe after waiting."""
-
-    http_status: int
-    body: dict[str, Any] | None
-    deferred: Deferred | None = None
-    request_id: Any = None
-    stream: Stream | None = None
-    headers: dict[str, str] | None = None
-    method: str = "other"
-    started: float = 0.0
-    server_info: dict[str, str] | None = None
-
-
-def decode_header_value(value: str) -> str:
-    """Undo the ``=?base64?…?=`` encoding of non-ASCII header values (SEP-2243)."""
-    if value.startswith("=?base64?") and value.endswith("?=") and len(value) >= 11:
-        try:
-            return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError) as exc:
-            raise HeaderMismatch("Mcp-Name is not valid base64") from exc
-    return value
-
-
-def unstorable(value: Any, depth: int = 0) -> str | None:
-    """Why a parsed body cannot be handled safely, or None: too deep, a NUL (Postgres text
-    cannot hold one), an unpaired surrogate (not UTF-8), or a non-finite number."""
-    if depth > MAX_DEPTH:
-        return f"JSON nested deeper than {MAX_DEPTH} levels"
-    if isinstance(value, str):
-        if "\x00" in value:
-            return "strings may not contain NUL characters"
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return "strings may not contain unpaired surrogates"
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return "numbers must be finite"
-    if isinstance(value, dict):
-        for key, item in value.items():
-            problem = unstorable(key, depth + 1) or unstorable(item, depth + 1)
-            if problem:
-                return problem
-    elif isinstance(value, list):
-        for item in value:
-            problem = unstorable(item, depth + 1)
-            if problem:
-                return problem
-    return None
-
-
-def valid_id(request_id: Any) -> bool:
-    # JSON-RPC ids are strings or integers here (bool is an int in Python, not in JSON).
-    return isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool))
 
 
 # ---- entry points ------------------------------------------------------------------------------
@@ -143,28 +69,31 @@ async def dispatch(services: Services, body: Any, headers: Headers, principal: s
         if isinstance(error, QuotaExceeded):
             reply.headers = error.headers or None
     reply.method, reply.started = label, started
-    if reply.deferred is None and reply.stream is None:
-        _observe(reply, services.settings.metrics_enabled)
+    reply.counted = services.settings.metrics_enabled
+    if reply.sync is None and reply.stream is None:
+        observe(reply)
     return reply
 
 
-async def settle(services: Services, reply: Reply) -> dict[str, Any]:
-    """Await a deferred reply and build its JSON-RPC response (errors mapped)."""
-    assert reply.deferred is not None
-    try:
-        result = await reply.deferred.wait()
-    except Exception as exc:
-        error = as_protocol_error(exc)
-        if isinstance(error, MissingCapability):
-            reply.http_status = error.http_status  # -32021 is HTTP 400 where the status is still ours
-        reply.body = error_body(reply.request_id, error)
-    else:
-        reply.body = result_body(reply.request_id, dict(result), reply.server_info)
-    _observe(reply, services.settings.metrics_enabled)
-    return reply.body
-
-
 # ---- routing -----------------------------------------------------------------------------------
+
+
+def _is_legacy(body: Any, session_id: str | None, header_version: str | None) -> bool:
+    """Whether a request belongs to the handshake era (2025-11-25 and before): ``initialize``,
+    or a session header, without 2026-07-28 ``_meta`` or a modern version header."""
+    if not isinstance(body, dict):
+        return False
+    params = body.get("params")
+    modern_meta = (
+        isinstance(params, dict)
+        and isinstance(params.get("_meta"), dict)
+        and ("io.modelcontextprotocol/protocolVersion" in params["_meta"])
+    )
+    if modern_meta or (header_version is not None and header_version not in LEGACY_VERSIONS):
+        # A 2026-07-28 request is served statelessly, session header or not; there,
+        # ``initialize`` does not exist (-32601, HTTP 404).
+        return False
+    return body.get("method") == "initialize" or session_id is not None
 
 
 async def _dispatch(services: Services, body: Any, headers: Headers, principal: str) -> Reply:
@@ -184,7 +113,7 @@ async def _dispatch(services: Services, body: Any, headers: Headers, principal: 
     params = body.get("params", {})
     if params is None:
         params = {}
-    if legacy.is_legacy(body, headers.session_id, headers.protocol_version):
+    if _is_legacy(body, headers.session_id, headers.protocol_version):
         try:
             return await _legacy(services, body, name, params, headers, principal)
         except Exception as exc:
@@ -201,7 +130,7 @@ async def _dispatch(services: Services, body: Any, headers: Headers, principal: 
     if method is None:
         raise MethodNotFound(f"Method not found: {name}")
     _check_name_header(method, params, headers)
-    if name == "tools/call":
+    if method.param_headers:
         _check_param_headers(params, headers)
     meta = _meta(params, headers)
     ctx = RequestContext(principal, meta, request_id=request_id, accepts_sse=headers.accepts_sse)
@@ -217,7 +146,7 @@ async def _legacy(
     meta = None
     if name != "initialize":
         assert headers.session_id is not None  # is_legacy: initialize, or a session header
-        session = await services.store.get_session(headers.session_id, principal)
+        session = await services.tasks.session(headers.session_id, principal)
         if session is None:
             # 2025-11-25 Streamable HTTP: an unknown session is 404; the client initializes again.
             return Reply(
@@ -260,8 +189,8 @@ async def _call(
     request_id = ctx.request_id
     if isinstance(result, Stream):
         return Reply(200, None, request_id=request_id, stream=result)
-    if isinstance(result, Deferred):
-        return Reply(200, None, deferred=result, request_id=request_id, server_info=server_info)
+    if isinstance(result, SyncCall):
+        return Reply(200, None, sync=result, request_id=request_id, server_info=server_info)
     headers = None
     if isinstance(result, WithHeaders):
         headers = result.headers
@@ -333,44 +262,3 @@ def _meta(params: dict[str, Any], headers: Headers) -> RequestMeta:
             {"supported": list(ALL_VERSIONS), "requested": meta.protocol_version},
         )
     return meta
-
-
-# ---- observing -------------------------------------------------------------------------------
-
-
-_SERIES: dict[tuple[str, int], tuple[Any, Any]] = {}
-_SERIES_CACHED = 512  # methods x codes seen; a tool's own error codes could be many
-
-
-def _series(method: str, code: int) -> tuple[Any, Any]:
-    """The request counter and latency histogram of one method and code (``labels()`` looks
-    them up under a lock on every call; a few µs per request)."""
-    series = _SERIES.get((method, code))
-    if series is None:
-        series = (metrics.rpc_requests.labels(method, str(code)), metrics.rpc_seconds.labels(method))
-        if len(_SERIES) < _SERIES_CACHED:
-            _SERIES[(method, code)] = series
-    return series
-
-
-def _observe(reply: Reply, counted: bool) -> None:
-    """Count and time a finished request; log it (method, code, latency; never its params)."""
-    code = (reply.body or {}).get("error", {}).get("code", 0) if reply.body else 0
-    elapsed = time.perf_counter() - reply.started
-    if counted:
-        requests, seconds = _series(reply.method, code)
-        requests.inc()
-        seconds.observe(elapsed)
-    if request_log.isEnabledFor(logging.INFO):
-        request_log.info(
-            "%s %s %.1f ms",
-            reply.method,
-            code,
-            elapsed * 1000,
-            extra={
-                "event": "rpc",
-                "method": reply.method,
-                "code": code,
-                "latency_ms": round(elapsed * 1000, 2),
-            },
-        )

@@ -43,7 +43,15 @@ SUPPORTED_VERSIONS: Final = (MODERN,)
 METHODS: Final[tuple[Method[Any], ...]] = (
     Method("server/discover", MODERN, MetaParams, modern.discover),
     Method("tools/list", MODERN, PagedParams, modern.list_tools),
-    Method("tools/call", MODERN, CallToolParams, modern.call_tool, name_param="name", name_required=True),
+    Method(
+        "tools/call",
+        MODERN,
+        CallToolParams,
+        modern.call_tool,
+        name_param="name",
+        name_required=True,
+        param_headers=True,
+    ),
     Method("tasks/get", MODERN, TaskIdParams, modern.get_task, name_param="taskId", requires_tasks=True),
     Method(
         "tasks/update", MODERN, TaskUpdateParams, modern.update_task, name_param="taskId", requires_tasks=True

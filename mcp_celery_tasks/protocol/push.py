@@ -99,8 +99,7 @@ async def _messages(
     changed = asyncio.Event()
     with contextlib.ExitStack() as watches:
         for task_id in task_ids:
-            watches.enter_context(services.events.watch_with(task_id, changed))
-            watches.enter_context(services.events.polled(task_id))
+            watches.enter_context(services.tasks.watching(task_id, changed))
         while pending:
             changed.clear()
             records = await services.tasks.owned(pending, principal)

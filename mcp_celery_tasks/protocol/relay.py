@@ -52,7 +52,7 @@ class Relay:
         were written before the report that follows them)."""
         messages: list[dict[str, Any]] = []
         while self.logs and record.log_seq > self.sent_logs:
-            batch = await services.store.logs_after(record.task_id, self.sent_logs)
+            batch = await services.tasks.logs_after(record.task_id, self.sent_logs)
             if not batch:
                 break
             for entry in batch:

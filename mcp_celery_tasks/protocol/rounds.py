@@ -7,7 +7,7 @@ hash of the arguments, so a retry can neither be forged nor replayed for another
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, TypedDict, cast
 
 from mcp_celery_tasks.errors import MissingCapability
 from mcp_celery_tasks.protocol.sealing import arguments_hash
@@ -17,21 +17,32 @@ from mcp_celery_tasks.tools.inputs import CAPABILITY_FOR, Elicit, validate_respo
 from mcp_celery_tasks.tools.registry import ToolSpec
 from mcp_celery_tasks.wire import InputRequired
 
-__all__ = ["input_required", "open_state", "preflight"]
+__all__ = ["RoundState", "input_required", "open_state", "preflight"]
+
+
+class RoundState(TypedDict, total=False):
+    """What a round seals into ``requestState`` besides its binding (``p``, ``t``, ``a``,
+    ``exp``): ``k`` is ``"pre"`` with the answers ``ans`` collected before a task exists, or
+    ``"task"`` with the ``task`` whose synchronous job asked for input."""
+
+    k: Literal["pre", "task"]
+    ans: dict[str, Any]
+    task: str
 
 
 def open_state(
     services: Services, ctx: RequestContext, spec: ToolSpec, arguments: dict[str, Any], state: str | None
-) -> dict[str, Any] | None:
+) -> RoundState | None:
     """The payload of a retried round's ``requestState`` (-32602 if it does not open for this
     principal, tool and arguments, or has expired); None for a first round."""
     if state is None:
         return None
-    return services.sealer.open(state, p=ctx.principal, t=spec.name, a=arguments_hash(arguments))
+    opened = services.sealer.open(state, p=ctx.principal, t=spec.name, a=arguments_hash(arguments))
+    return cast(RoundState, opened)
 
 
 def preflight(
-    ctx: RequestContext, questions: dict[str, Elicit], state: dict[str, Any] | None, responses: dict[str, Any]
+    ctx: RequestContext, questions: dict[str, Elicit], state: RoundState | None, responses: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(answers collected so far, the questions still to ask as ``inputRequests`` entries).
 
@@ -62,7 +73,7 @@ def input_required(
     ctx: RequestContext,
     spec: ToolSpec,
     arguments: dict[str, Any],
-    state: dict[str, Any],
+    state: RoundState,
     requests: dict[str, Any],
 ) -> InputRequired:
     """An ``InputRequiredResult`` whose sealed ``requestState`` carries ``state`` to the retry."""

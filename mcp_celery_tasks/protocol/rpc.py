@@ -2,54 +2,67 @@
 
 A method is one ``Method`` entry: its name, protocol era, params model (validated before the
 handler runs), handler and header rules (``methods`` holds the table). A handler returns a
-result model, a ``Deferred`` (a result that needs waiting: a synchronous tools/call) or a
-``Stream`` (notifications, then the result: subscriptions/listen, 2025-11-25 SSE calls). The
-envelopes are ``mcp_types.jsonrpc``'s.
+result model, a ``SyncCall`` (a result that needs waiting: a synchronous tools/call,
+``synccall``) or a ``Stream`` (notifications, then the result: subscriptions/listen, 2025-11-25
+SSE calls). The envelope rules live here, once: what a request id may be, what a body may hold
+(``unstorable``), the response and error envelopes (``mcp_types.jsonrpc``'s shapes), the
+``Reply`` the transport writes, and how a synchronous call's reply is settled and observed.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.jsonrpc import ErrorData, JSONRPCError
 from pydantic import BaseModel, ValidationError
 
-from mcp_celery_tasks.errors import InfrastructureError, InternalError, InvalidParams, ProtocolError
+from mcp_celery_tasks.errors import (
+    HeaderMismatch,
+    InfrastructureError,
+    InternalError,
+    InvalidParams,
+    MissingCapability,
+    ProtocolError,
+)
+from mcp_celery_tasks.telemetry import metrics
 
 if TYPE_CHECKING:
     from mcp_celery_tasks.protocol.services import Services
+    from mcp_celery_tasks.protocol.synccall import SyncCall
     from mcp_celery_tasks.tasks.service import RequestContext
 
 __all__ = [
-    "Deferred",
     "Handler",
+    "Headers",
     "Method",
+    "Reply",
     "Result",
     "Stream",
     "WithHeaders",
     "as_protocol_error",
+    "decode_header_value",
     "error_body",
+    "observe",
     "result_body",
+    "settle",
+    "unstorable",
+    "valid_id",
 ]
 
 logger = logging.getLogger("mcp_celery_tasks.rpc")
+request_log = logging.getLogger("mcp_celery_tasks.requests")
+
+MAX_DEPTH = 64
 
 P = TypeVar("P", bound=BaseModel)
-
-
-@dataclass(frozen=True)
-class Deferred:
-    """A result that is only ready after waiting (a synchronous tools/call).
-
-    The transport awaits ``wait()``; cancelling that await (the client went away) cancels the
-    task behind it.
-    """
-
-    wait: Callable[[], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -67,7 +80,7 @@ class WithHeaders:
     headers: dict[str, str]
 
 
-Result = BaseModel | dict[str, Any] | Deferred | Stream | WithHeaders
+Result: TypeAlias = "BaseModel | dict[str, Any] | SyncCall | Stream | WithHeaders"
 Handler = Callable[["Services", "RequestContext", P], Awaitable[Result]]
 
 
@@ -83,6 +96,8 @@ class Method(Generic[P]):
     """Streamable HTTP 2026-07-28: the ``Mcp-Name`` header mirrors this params field."""
     name_required: bool = False
     """A missing ``Mcp-Name`` is refused (else tolerated: SPEC-CHECKLIST Q-10)."""
+    param_headers: bool = False
+    """SEP-2243: arguments marked ``x-mcp-header`` are mirrored in ``Mcp-Param-*`` headers."""
     requires_tasks: bool = False
     """SEP-2663: the request must declare the tasks extension (-32021 otherwise)."""
     needs_session: bool = False
@@ -123,3 +138,136 @@ def as_protocol_error(exc: BaseException) -> ProtocolError:
         return error
     logger.error("unexpected error while handling a request", exc_info=exc)
     return InternalError("Internal error")
+
+
+# ---- what a request may be ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Headers:
+    """The request headers the body is checked against (values already stripped)."""
+
+    protocol_version: str | None
+    method: str | None
+    name: str | None
+    session_id: str | None = None
+    accepts_sse: bool = True
+    params: Mapping[str, str] = field(default_factory=dict)
+    """``Mcp-Param-<Name>`` headers by lower-cased name (SEP-2243 custom headers)."""
+
+
+def decode_header_value(value: str) -> str:
+    """Undo the ``=?base64?…?=`` encoding of non-ASCII header values (SEP-2243)."""
+    if value.startswith("=?base64?") and value.endswith("?=") and len(value) >= 11:
+        try:
+            return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError) as exc:
+            raise HeaderMismatch("Mcp-Name is not valid base64") from exc
+    return value
+
+
+def unstorable(value: Any, depth: int = 0) -> str | None:
+    """Why a parsed body cannot be handled safely, or None: too deep, a NUL (Postgres text
+    cannot hold one), an unpaired surrogate (not UTF-8), or a non-finite number."""
+    if depth > MAX_DEPTH:
+        return f"JSON nested deeper than {MAX_DEPTH} levels"
+    if isinstance(value, str):
+        if "\x00" in value:
+            return "strings may not contain NUL characters"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "strings may not contain unpaired surrogates"
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return "numbers must be finite"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = unstorable(key, depth + 1) or unstorable(item, depth + 1)
+            if problem:
+                return problem
+    elif isinstance(value, list):
+        for item in value:
+            problem = unstorable(item, depth + 1)
+            if problem:
+                return problem
+    return None
+
+
+def valid_id(request_id: Any) -> bool:
+    # JSON-RPC ids are strings or integers here (bool is an int in Python, not in JSON).
+    return isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool))
+
+
+# ---- what to answer -------------------------------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    """What to send: a JSON-RPC response (or nothing for a notification), maybe after waiting."""
+
+    http_status: int
+    body: dict[str, Any] | None
+    sync: SyncCall | None = None
+    request_id: Any = None
+    stream: Stream | None = None
+    headers: dict[str, str] | None = None
+    method: str = "other"
+    started: float = 0.0
+    server_info: dict[str, str] | None = None
+    counted: bool = False
+    """Prometheus counts this request (``metrics_enabled``)."""
+
+
+async def settle(reply: Reply) -> dict[str, Any]:
+    """Await a synchronous call's reply and build its JSON-RPC response (errors mapped)."""
+    assert reply.sync is not None
+    try:
+        result = await reply.sync.result()
+    except Exception as exc:
+        error = as_protocol_error(exc)
+        if isinstance(error, MissingCapability):
+            reply.http_status = error.http_status  # -32021 is HTTP 400 where the status is still ours
+        reply.body = error_body(reply.request_id, error)
+    else:
+        reply.body = result_body(reply.request_id, dict(result), reply.server_info)
+    observe(reply)
+    return reply.body
+
+
+_SERIES: dict[tuple[str, int], tuple[Any, Any]] = {}
+_SERIES_CACHED = 512  # methods x codes seen; a tool's own error codes could be many
+
+
+def _series(method: str, code: int) -> tuple[Any, Any]:
+    """The request counter and latency histogram of one method and code (``labels()`` looks
+    them up under a lock on every call; a few µs per request)."""
+    series = _SERIES.get((method, code))
+    if series is None:
+        series = (metrics.rpc_requests.labels(method, str(code)), metrics.rpc_seconds.labels(method))
+        if len(_SERIES) < _SERIES_CACHED:
+            _SERIES[(method, code)] = series
+    return series
+
+
+def observe(reply: Reply) -> None:
+    """Count and time a finished request; log it (method, code, latency; never its params)."""
+    code = (reply.body or {}).get("error", {}).get("code", 0) if reply.body else 0
+    elapsed = time.perf_counter() - reply.started
+    if reply.counted:
+        requests, seconds = _series(reply.method, code)
+        requests.inc()
+        seconds.observe(elapsed)
+    if request_log.isEnabledFor(logging.INFO):
+        request_log.info(
+            "%s %s %.1f ms",
+            reply.method,
+            code,
+            elapsed * 1000,
+            extra={
+                "event": "rpc",
+                "method": reply.method,
+                "code": code,
+                "latency_ms": round(elapsed * 1000, 2),
+            },
+        )

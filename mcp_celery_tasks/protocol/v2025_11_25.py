@@ -26,10 +26,11 @@ from mcp_celery_tasks.errors import InvalidParams, MethodNotFound, ProtocolError
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED
 from mcp_celery_tasks.protocol import v2026_07_28 as modern
 from mcp_celery_tasks.protocol.relay import Relay
-from mcp_celery_tasks.protocol.rpc import Deferred, Result, Stream, WithHeaders, error_body
+from mcp_celery_tasks.protocol.rpc import Result, Stream, WithHeaders, error_body
 from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.protocol.synccall import RELATED, Legacy, SyncCall, legacy_message
 from mcp_celery_tasks.store import TaskRecord
-from mcp_celery_tasks.tasks.service import UNKNOWN_TASK, RequestContext, TaskView
+from mcp_celery_tasks.tasks.service import RequestContext, TaskView
 from mcp_celery_tasks.tools.registry import InvalidArguments, all_tools
 from mcp_celery_tasks.wire import (
     LEGACY_VERSIONS,
@@ -50,7 +51,6 @@ __all__ = [
     "client_response",
     "get_task",
     "initialize",
-    "is_legacy",
     "list_tasks",
     "list_tools",
     "ping",
@@ -58,26 +58,8 @@ __all__ = [
     "task_result",
 ]
 
-RELATED: Final = "io.modelcontextprotocol/related-task"
 INPUT_ID_PREFIX: Final = "mcp-input/"
 PAGE: Final = 50
-
-
-def is_legacy(body: Any, session_id: str | None, header_version: str | None = None) -> bool:
-    """Whether a request belongs to the handshake era (2025-11-25 and before)."""
-    if not isinstance(body, dict):
-        return False
-    params = body.get("params")
-    modern_meta = (
-        isinstance(params, dict)
-        and isinstance(params.get("_meta"), dict)
-        and ("io.modelcontextprotocol/protocolVersion" in params["_meta"])
-    )
-    if modern_meta or (header_version is not None and header_version not in LEGACY_VERSIONS):
-        # A 2026-07-28 request is served statelessly, session header or not; there,
-        # ``initialize`` does not exist (-32601, HTTP 404).
-        return False
-    return body.get("method") == "initialize" or session_id is not None
 
 
 # ---- the wire shape of a task (SEP-1686) ----------------------------------------------------
@@ -112,21 +94,6 @@ def _failure_message(record: TaskRecord) -> str | None:
     return " ".join(t for t in texts if t) or None
 
 
-def _outcome(request_id: Any, record: TaskRecord | None, related: bool) -> dict[str, Any]:
-    """The JSON-RPC response a finished task answers a waiting 2025-11-25 request with."""
-    if record is None:
-        return error_body(request_id, InvalidParams(UNKNOWN_TASK))
-    if record.status == COMPLETED:
-        result = dict(record.result or {"content": [], "isError": False})
-        result.pop("resultType", None)
-        if related:
-            result["_meta"] = {**(result.get("_meta") or {}), RELATED: {"taskId": record.task_id}}
-        return {"jsonrpc": "2.0", "id": request_id, "result": result}
-    if record.status == FAILED and record.error:
-        return {"jsonrpc": "2.0", "id": request_id, "error": record.error}
-    return error_body(request_id, ProtocolError("The task was cancelled"))
-
-
 # ---- initialize, ping, tools/list ------------------------------------------------------------
 
 
@@ -141,7 +108,7 @@ async def initialize(services: Services, ctx: RequestContext, params: LegacyPara
     if declared > limit:
         raise InvalidParams(f"capabilities and clientInfo are {declared} bytes, more than {limit}")
     session_id = secrets.token_urlsafe(24)
-    opened = await services.store.create_session(
+    opened = await services.tasks.open_session(
         session_id, ctx.principal, version, capabilities or {}, client_info
     )
     if not opened:
@@ -174,7 +141,7 @@ async def set_level(services: Services, ctx: RequestContext, params: SetLevelPar
     """``logging/setLevel``: the session's later synchronous calls get the jobs' log messages
     at this level and above (never its tasks)."""
     assert ctx.session_id is not None
-    if not await services.store.set_session_log_level(ctx.session_id, ctx.principal, params.level):
+    if not await services.tasks.set_log_level(ctx.session_id, ctx.principal, params.level):
         raise InvalidParams("Session not found")
     return {}
 
@@ -240,22 +207,7 @@ def _answer_when_done(
 ) -> Result:
     if ctx.accepts_sse:
         return Stream(_follow(services, ctx, task_id, related=related, relay=relay or Relay(None, False)))
-    return Deferred(lambda: _final(services, ctx, task_id, related=related))
-
-
-async def _final(services: Services, ctx: RequestContext, task_id: str, *, related: bool) -> dict[str, Any]:
-    """A JSON-only wait (no stream to relay input requests on): the outcome when it ends."""
-    tasks = services.tasks
-    if related:
-        view = await tasks.wait_for_outcome(task_id, ctx.principal, relay_inputs=False)
-    else:
-        async with tasks.cancelled_if_abandoned(task_id, ctx.principal):
-            view = await tasks.wait_for_outcome(task_id, ctx.principal, relay_inputs=False)
-    message = _outcome(None, view.record if view else None, related)
-    if "error" in message:
-        raise modern.StoredError(message["error"])
-    result: dict[str, Any] = message["result"]
-    return result
+    return SyncCall(services, ctx, task_id, Legacy(related), cancels_if_abandoned=not related)
 
 
 async def _follow(
@@ -278,7 +230,7 @@ async def _follow(
                     yield message
             if view is None or not view.record.active:
                 finished = True
-                yield _outcome(ctx.request_id, view.record if view else None, related)
+                yield legacy_message(ctx.request_id, view.record if view else None, related)
                 return
             if all(item.key in sent for item in view.inputs):
                 if asyncio.get_running_loop().time() < deadline:
@@ -321,7 +273,7 @@ async def client_response(services: Services, principal: str, body: dict[str, An
     if not response_id.startswith(INPUT_ID_PREFIX):
         return
     task_id, _, key = response_id.removeprefix(INPUT_ID_PREFIX).partition("/")
-    record = await services.store.get_task(task_id, principal)
+    record = await services.tasks.find(task_id, principal)
     if record is None:
         return
     if "result" in body and isinstance(body["result"], dict):
@@ -359,7 +311,7 @@ async def list_tasks(services: Services, ctx: RequestContext, params: LegacyList
             raise InvalidParams("Invalid cursor")
     # A session's own tasks: never another client's, also when auth is off (everyone is anon).
     assert ctx.session_id is not None
-    records = await services.store.list_tasks(ctx.principal, ctx.session_id, PAGE + 1, after)
+    records = await services.tasks.session_tasks(ctx.principal, ctx.session_id, PAGE + 1, after)
     result: dict[str, Any] = {"tasks": [task(r) for r in records[:PAGE]]}
     if len(records) > PAGE:
         last = records[PAGE - 1]
@@ -374,5 +326,5 @@ async def cancel_task(services: Services, ctx: RequestContext, params: LegacyTas
         # SEP-1686: cancelling a terminal task is an error (SEP-2663 acknowledges instead).
         raise InvalidParams(f"Cannot cancel a task in terminal status {record.status!r}")
     await services.tasks.cancel(record.task_id, ctx.principal, "cancelled by the client")
-    updated = await services.store.get_task(record.task_id, ctx.principal)
+    updated = await services.tasks.find(record.task_id, ctx.principal)
     return task(updated or record)

@@ -3,7 +3,8 @@
 Each handler gets validated params and returns a result model; the one mapping from a task to
 the SEP-2663 wire shapes (``CreateTaskResult``, ``DetailedTask``) is here. A tools/call is a
 task when the request declares the extension and the tool allows it, else it runs synchronously
-(a ``Deferred``: the same row and job, awaited through the event hub). Input on the synchronous
+(a ``synccall.SyncCall`` with this revision's mapper: the same row and job, awaited through
+the event hub). Input on the synchronous
 path, and ``ask_first`` questions before a task exists, travel as MRTR rounds (``mrtr``).
 """
 
@@ -17,12 +18,13 @@ import pydantic_core
 from mcp_types import CallToolResult, DiscoverResult, ListToolsResult, Tool
 from mcp_types import jsonrpc as codes
 
-from mcp_celery_tasks.errors import InternalError, InvalidParams, MissingCapability, ProtocolError
+from mcp_celery_tasks.errors import InvalidParams, MissingCapability
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED, INPUT_REQUIRED
 from mcp_celery_tasks.protocol import rounds as mrtr
 from mcp_celery_tasks.protocol.relay import Relay
-from mcp_celery_tasks.protocol.rpc import Deferred, Result, Stream, as_protocol_error, error_body, result_body
+from mcp_celery_tasks.protocol.rpc import Result, Stream, as_protocol_error, error_body, result_body
 from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.protocol.synccall import Modern, SyncCall
 from mcp_celery_tasks.store import TaskRecord
 from mcp_celery_tasks.tasks.service import UNKNOWN_TASK, RequestContext, TaskView
 from mcp_celery_tasks.telemetry import tracing
@@ -41,13 +43,11 @@ from mcp_celery_tasks.wire import (
     TaskCreated,
     TaskIdParams,
     TaskUpdateParams,
-    dump,
     iso,
     progress_token,
 )
 
 __all__ = [
-    "StoredError",
     "call_tool",
     "cancel_task",
     "created",
@@ -90,20 +90,10 @@ def detailed(view: TaskView) -> DetailedTaskResult:
     if record.status == COMPLETED:
         task.result = record.result or {"content": [], "isError": False}
     elif record.status == FAILED:
-        task.error = record.error or {"code": codes.INTERNAL_ERROR, "message": "The task failed"}
+        task.error = dict(record.error or {"code": codes.INTERNAL_ERROR, "message": "The task failed"})
     elif record.status == INPUT_REQUIRED:
         task.input_requests = view.input_requests
     return task
-
-
-class StoredError(ProtocolError):
-    """A task's recorded JSON-RPC error, answered as a synchronous call's error."""
-
-    http_status = 200
-
-    def __init__(self, error: dict[str, Any]) -> None:
-        super().__init__(str(error.get("message", "")), error.get("data"))
-        self.code = int(error.get("code", codes.INTERNAL_ERROR))
 
 
 # ---- server/discover, tools/list --------------------------------------------------------------
@@ -177,7 +167,7 @@ async def _call_tool(services: Services, ctx: RequestContext, params: CallToolPa
         # The retry of a synchronous call whose job asked for input (MRTR): feed that task.
         record = await services.tasks.get(state["task"], ctx.principal)
         await services.tasks.answer(record, responses)
-        return Deferred(lambda: _await_sync(services, ctx, spec, arguments, record.task_id))
+        return SyncCall(services, ctx, record.task_id, Modern(spec, arguments))
     preflight = None
     questions = spec.questions_first(arguments)
     if questions:
@@ -209,7 +199,7 @@ async def _call_tool(services: Services, ctx: RequestContext, params: CallToolPa
         return created(record)
     if relay.wanted:
         return Stream(_relayed(services, ctx, spec, arguments, record.task_id, relay))
-    return Deferred(lambda: _await_sync(services, ctx, spec, arguments, record.task_id))
+    return SyncCall(services, ctx, record.task_id, Modern(spec, arguments))
 
 
 async def _relayed(
@@ -242,62 +232,11 @@ async def _relayed(
             # The caller closed its stream: its task must not run on for nobody.
             await asyncio.shield(tasks.cancel(task_id, ctx.principal, "the caller went away"))
     try:
-        result = await _outcome(services, ctx, spec, arguments, task_id, view)
+        result = await Modern(spec, arguments).outcome(services, ctx, view)
     except Exception as exc:
         yield error_body(ctx.request_id, as_protocol_error(exc))
     else:
         yield result_body(ctx.request_id, result, services.server_info)
-
-
-async def _await_sync(
-    services: Services, ctx: RequestContext, spec: ToolSpec, arguments: dict[str, Any], task_id: str
-) -> dict[str, Any]:
-    """Wait for a synchronous call's job; an input request it makes goes back as an MRTR round."""
-    tasks = services.tasks
-    async with tasks.cancelled_if_abandoned(task_id, ctx.principal):
-        view = await tasks.wait_for_outcome(task_id, ctx.principal, relay_inputs=True)
-    return await _outcome(services, ctx, spec, arguments, task_id, view)
-
-
-async def _outcome(
-    services: Services,
-    ctx: RequestContext,
-    spec: ToolSpec,
-    arguments: dict[str, Any],
-    task_id: str,
-    view: TaskView | None,
-) -> dict[str, Any]:
-    """A synchronous call's answer from where its task stands: its result, an MRTR round for
-    its input request, or an error."""
-    tasks = services.tasks
-    if view is None:
-        raise InternalError("the task disappeared before it finished")
-    record = view.record
-    if record.status == INPUT_REQUIRED and view.inputs:
-        state = {"k": "task", "task": task_id}
-        return dump(mrtr.input_required(services, ctx, spec, arguments, state, view.input_requests))
-    if record.active:
-        await tasks.cancel(task_id, ctx.principal, "max_sync_wait exceeded")
-        raise ProtocolError(
-            f"The tool did not finish within {services.settings.max_sync_wait_seconds:.0f} s; "
-            "call it as a task (declare the io.modelcontextprotocol/tasks extension) instead"
-        )
-    error = record.error or {}
-    if record.status == COMPLETED and error.get("code") == codes.MISSING_REQUIRED_CLIENT_CAPABILITY:
-        # The job asked for an input kind this request did not declare: -32021, as before a
-        # task exists (SEP-2322 MRTR; the error names what is missing).
-        raise MissingCapability(str(error.get("message", "")), _required(error))
-    if record.status == COMPLETED and record.result is not None:
-        return record.result
-    if record.status == FAILED and record.error is not None:
-        raise StoredError(record.error)
-    raise ProtocolError("The tool call was cancelled")
-
-
-def _required(error: dict[str, Any]) -> dict[str, Any] | None:
-    data = error.get("data")
-    needed = data.get("requiredCapabilities") if isinstance(data, dict) else None
-    return needed if isinstance(needed, dict) else None
 
 
 # ---- tasks/get, tasks/update, tasks/cancel ------------------------------------------------------

@@ -8,6 +8,8 @@ from mcp_celery_tasks.store.records import (
     InputRecord,
     LogRecord,
     NewTask,
+    SessionRecord,
+    TaskError,
     TaskRecord,
 )
 from mcp_celery_tasks.store.sync import WorkerStore
@@ -20,6 +22,8 @@ __all__ = [
     "InputRecord",
     "LogRecord",
     "NewTask",
+    "SessionRecord",
+    "TaskError",
     "TaskRecord",
     "WorkerStore",
 ]

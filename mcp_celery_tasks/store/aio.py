@@ -7,7 +7,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, LiteralString, TypeVar
+from typing import Any, LiteralString, TypeVar, cast
 
 import psycopg
 from psycopg.rows import AsyncRowFactory, args_row, class_row, dict_row, tuple_row
@@ -24,6 +24,7 @@ from mcp_celery_tasks.store.records import (
     InputRecord,
     LogRecord,
     NewTask,
+    SessionRecord,
     TaskRecord,
 )
 
@@ -228,11 +229,11 @@ class ApiStore:
         }
         return bool(await self._fetch(session_queries.CREATE_SESSION, params))
 
-    async def get_session(self, session_id: str, owner: str) -> dict[str, Any] | None:
+    async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:
         """The owner's live session (an expired or foreign one reads as unknown)."""
         params = {"session_id": session_id, "owner": owner, **self._session_window()}
         rows = await self._fetch(session_queries.GET_SESSION, params)
-        return rows[0] if rows else None
+        return cast(SessionRecord, rows[0]) if rows else None
 
     async def set_session_log_level(self, session_id: str, owner: str, level: str) -> bool:
         """``logging/setLevel`` of a 2025-11-25 session (its later synchronous calls get logs)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from mcp_celery_tasks.lifecycle import ACTIVE, Status
 
@@ -15,8 +15,29 @@ __all__ = [
     "InputRecord",
     "LogRecord",
     "NewTask",
+    "SessionRecord",
+    "TaskError",
     "TaskRecord",
 ]
+
+
+class TaskError(TypedDict):
+    """A failed task's stored JSON-RPC error object (SEP-2663 ``error``: code, message, data?)."""
+
+    code: int
+    message: str
+    data: NotRequired[Any]
+
+
+class SessionRecord(TypedDict):
+    """A live 2025-11-25 session, as ``get_session`` reads it."""
+
+    session_id: str
+    owner: str
+    protocol_version: str
+    client_capabilities: dict[str, Any]
+    client_info: dict[str, Any] | None
+    log_level: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +80,7 @@ class TaskRecord:
     status: Status
     status_message: str | None
     result: dict[str, Any] | None
-    error: dict[str, Any] | None
+    error: TaskError | None
     created_at: datetime
     last_updated_at: datetime
     retention_ms: int

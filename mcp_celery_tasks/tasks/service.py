@@ -14,14 +14,23 @@ import contextlib
 import dataclasses
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from mcp_celery_tasks.errors import InvalidParams, MissingCapability
 from mcp_celery_tasks.lifecycle import INPUT_REQUIRED, WORKING
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import ApiStore, CancelOutcome, InputRecord, NewTask, TaskRecord
+from mcp_celery_tasks.store import (
+    ApiStore,
+    CancelOutcome,
+    InputRecord,
+    LogRecord,
+    NewTask,
+    SessionRecord,
+    TaskRecord,
+)
 from mcp_celery_tasks.tasks.events import TaskEvents
 from mcp_celery_tasks.tasks.quotas import Quotas
 from mcp_celery_tasks.telemetry import metrics, tracing
@@ -31,6 +40,7 @@ from mcp_celery_tasks.wire import PLACE_IN_LINE, RequestMeta, declares_tasks
 
 __all__ = [
     "UNKNOWN_TASK",
+    "InputRequest",
     "Publisher",
     "RequestContext",
     "TaskService",
@@ -73,6 +83,14 @@ class RequestContext:
             raise MissingCapability()
 
 
+class InputRequest(TypedDict):
+    """One entry of ``inputRequests``: the request to the client (``roots/list`` may have no
+    params)."""
+
+    method: str
+    params: NotRequired[dict[str, Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class TaskView:
     """A task as every protocol shows it: the row, plus its outstanding input requests (only
@@ -82,13 +100,15 @@ class TaskView:
     inputs: tuple[InputRecord, ...] = ()
 
     @property
-    def input_requests(self) -> dict[str, dict[str, Any]]:
+    def input_requests(self) -> dict[str, InputRequest]:
         """``inputRequests``: key -> ``{method, params}`` (``roots/list`` may have no params)."""
         return {item.key: _input_entry(item) for item in self.inputs}
 
 
-def _input_entry(item: InputRecord) -> dict[str, Any]:
-    return {"method": item.method, **({"params": item.params} if item.params is not None else {})}
+def _input_entry(item: InputRecord) -> InputRequest:
+    if item.params is None:
+        return {"method": item.method}
+    return {"method": item.method, "params": item.params}
 
 
 def new_task_id() -> str:
@@ -188,6 +208,20 @@ class TaskService:
             record, status_message=f"{PLACE_IN_LINE}{ahead}{'+' if capped else ''} ahead"
         )
 
+    async def find(self, task_id: str, principal: str) -> TaskRecord | None:
+        """The principal's task as stored, or None (no error, no place in line)."""
+        return await self._store.get_task(task_id, principal)
+
+    async def session_tasks(
+        self, principal: str, session_id: str, limit: int, after: tuple[datetime, str] | None = None
+    ) -> list[TaskRecord]:
+        """The tasks a 2025-11-25 session created, newest first, after a keyset cursor."""
+        return await self._store.list_tasks(principal, session_id, limit, after)
+
+    async def logs_after(self, task_id: str, after: int) -> list[LogRecord]:
+        """A task's log messages numbered above ``after``, in order (the caller owns the task)."""
+        return await self._store.logs_after(task_id, after)
+
     async def view(self, record: TaskRecord) -> TaskView:
         if record.status != INPUT_REQUIRED:
             return TaskView(record)
@@ -228,6 +262,33 @@ class TaskService:
             self._publisher.revoke(outcome.job_id)
         return outcome
 
+    # ---- 2025-11-25 sessions ----------------------------------------------------------------------
+
+    async def open_session(
+        self,
+        session_id: str,
+        principal: str,
+        protocol_version: str,
+        capabilities: dict[str, Any],
+        client_info: dict[str, Any] | None,
+    ) -> bool:
+        """Open a session; False when the principal already has the most live ones."""
+        return await self._store.create_session(
+            session_id, principal, protocol_version, capabilities, client_info
+        )
+
+    async def session(self, session_id: str, principal: str) -> SessionRecord | None:
+        """The principal's live session (an expired or foreign one reads as unknown)."""
+        return await self._store.get_session(session_id, principal)
+
+    async def set_log_level(self, session_id: str, principal: str, level: str) -> bool:
+        """``logging/setLevel``: False for an unknown session."""
+        return await self._store.set_session_log_level(session_id, principal, level)
+
+    async def end_session(self, session_id: str, principal: str) -> bool:
+        """HTTP DELETE of a session: False for an unknown one."""
+        return await self._store.delete_session(session_id, principal)
+
     # ---- waiting ------------------------------------------------------------------------------
 
     async def wait(
@@ -235,6 +296,13 @@ class TaskService:
     ) -> TaskRecord | None:
         """The row once ``until(row)`` holds, or the last one read when ``wait_s`` runs out."""
         return await self._events.wait_for(task_id, principal, wait_s, until=until)
+
+    @contextlib.contextmanager
+    def watching(self, task_id: str, changed: asyncio.Event) -> Iterator[None]:
+        """Set ``changed`` whenever ``task_id`` may have changed, including changes that send no
+        NOTIFY (one batched re-read per poll for the whole process)."""
+        with self._events.watch_with(task_id, changed), self._events.polled(task_id):
+            yield
 
     def sync_deadline(self) -> float:
         """When a synchronous call that starts now stops waiting (loop time)."""

@@ -9,7 +9,7 @@ import pytest
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.errors import HeaderMismatch
-from mcp_celery_tasks.protocol.dispatch import decode_header_value
+from mcp_celery_tasks.protocol.rpc import decode_header_value
 from mcp_celery_tasks.tasks.service import new_task_id
 
 URL_SAFE = re.compile(r"^[A-Za-z0-9_-]+$")

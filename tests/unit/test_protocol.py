@@ -4,13 +4,16 @@ the task service, in milliseconds. The e2e tests run the same paths on Postgres 
 from __future__ import annotations
 
 import asyncio
+import sys
+import types
 from typing import Any
 
 import pytest
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.protocol import methods
-from mcp_celery_tasks.protocol.dispatch import Headers, Reply, dispatch, settle
+from mcp_celery_tasks.protocol.dispatch import dispatch
+from mcp_celery_tasks.protocol.rpc import Headers, Reply, settle
 from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.tools.registry import tool
 from tests.memory_api import MemoryApiStore, RecordingPublisher
@@ -157,9 +160,9 @@ async def test_a_synchronous_call_waits_for_the_job_and_answers_its_result(
     services: Services, memory: MemoryApiStore, publisher: RecordingPublisher
 ) -> None:
     reply = await call(services, "tools/call", {"name": "u_forbidden", "arguments": {"name": "x"}})
-    assert reply.deferred is not None and publisher.jobs[0][1] == "gpu"
+    assert reply.sync is not None and publisher.jobs[0][1] == "gpu"
     (task_id,) = memory.rows
-    waiting = asyncio.create_task(settle(services, reply))
+    waiting = asyncio.create_task(settle(reply))
     await asyncio.sleep(0.05)
     assert not waiting.done()
     done = {"content": [{"type": "text", "text": "x"}], "isError": False, "resultType": "complete"}
@@ -168,13 +171,41 @@ async def test_a_synchronous_call_waits_for_the_job_and_answers_its_result(
     assert body["result"]["content"] == done["content"]
 
 
+async def test_settling_a_synchronous_call_never_reenters_dispatch_or_the_handler_module(
+    services: Services, memory: MemoryApiStore
+) -> None:
+    reply = await call(services, "tools/call", {"name": "u_forbidden", "arguments": {"name": "x"}})
+    (task_id,) = memory.rows
+    done = {"content": [{"type": "text", "text": "x"}], "isError": False, "resultType": "complete"}
+    memory.as_worker_finish(task_id, "completed", result=done)
+    entered: set[str] = set()
+
+    def profile(frame: types.FrameType, event: str, arg: object) -> None:
+        module = frame.f_globals.get("__name__", "")
+        if event == "call" and module.startswith("mcp_celery_tasks."):
+            entered.add(module)
+
+    sys.setprofile(profile)
+    try:
+        body = await settle(reply)
+    finally:
+        sys.setprofile(None)
+    assert body["result"]["content"] == done["content"]
+    assert "mcp_celery_tasks.protocol.synccall" in entered  # the profile sees the package
+    assert not entered & {
+        "mcp_celery_tasks.protocol.dispatch",
+        "mcp_celery_tasks.protocol.v2026_07_28",
+        "mcp_celery_tasks.api.server",
+    }
+
+
 async def test_a_synchronous_caller_that_leaves_cancels_its_task(
     services: Services, memory: MemoryApiStore, publisher: RecordingPublisher
 ) -> None:
     reply = await call(services, "tools/call", {"name": "u_forbidden", "arguments": {"name": "x"}})
-    assert reply.deferred is not None
+    assert reply.sync is not None
     (task_id,) = memory.rows
-    waiting = asyncio.create_task(settle(services, reply))
+    waiting = asyncio.create_task(settle(reply))
     await asyncio.sleep(0.05)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -187,9 +218,9 @@ async def test_a_synchronous_job_that_asks_goes_back_as_an_mrtr_round_then_resum
     services: Services, memory: MemoryApiStore, publisher: RecordingPublisher
 ) -> None:
     reply = await call(services, "tools/call", {"name": "u_forbidden", "arguments": {"name": "x"}})
-    assert reply.deferred is not None
+    assert reply.sync is not None
     (task_id,) = memory.rows
-    waiting = asyncio.create_task(settle(services, reply))
+    waiting = asyncio.create_task(settle(reply))
     form = {"mode": "form", "message": "ok?", "requestedSchema": {"type": "object", "properties": {}}}
     memory.as_worker_ask(task_id, {"q": ("elicitation/create", form)})
     round_one = (await asyncio.wait_for(waiting, 2))["result"]
@@ -203,16 +234,16 @@ async def test_a_synchronous_job_that_asks_goes_back_as_an_mrtr_round_then_resum
     )  # fmt: skip
     assert memory.rows[task_id].status == "working" and publisher.wakes == [("mcp.inbox.test", task_id)]
     assert len(memory.rows) == 1  # the retry fed the same task
-    assert retry.deferred is not None
+    assert retry.sync is not None
 
 
 async def test_a_request_state_from_another_principal_is_refused(
     services: Services, memory: MemoryApiStore
 ) -> None:
     reply = await call(services, "tools/call", {"name": "u_forbidden", "arguments": {"name": "x"}})
-    assert reply.deferred is not None
+    assert reply.sync is not None
     (task_id,) = memory.rows
-    waiting = asyncio.create_task(settle(services, reply))
+    waiting = asyncio.create_task(settle(reply))
     memory.as_worker_ask(task_id, {"q": ("roots/list", None)})
     state = (await asyncio.wait_for(waiting, 2))["result"]["requestState"]
     params = {"name": "u_forbidden", "arguments": {"name": "x"}, "requestState": state}

@@ -284,3 +284,29 @@ def test_the_flat_paths_of_0_1_still_import_with_a_warning() -> None:
     from mcp_celery_tasks.worker import install
 
     assert callable(install) and TasksClient.__module__ == f"{PACKAGE}.client.protocol"
+
+
+def _service_fields_reached(path: Path) -> set[str]:
+    """The ``services.<field>.<...>`` fields one module reaches through (``services.tasks.get``
+    reaches ``tasks``; a bare ``services.settings`` read is a field, not a reach)."""
+    reached: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute)
+            and isinstance(node.value.value, ast.Name)
+            and node.value.value.id == "services"
+        ):
+            reached.add(node.value.attr)
+    return reached
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE_DIR / "protocol").glob("*.py")), ids=lambda p: p.name)
+def test_handlers_reach_tasks_only_through_the_task_service(path: Path) -> None:
+    """The store and the event hub sit behind ``TaskService``: no handler calls them itself."""
+    assert not _service_fields_reached(path) & {"store", "events", "publisher"}
+
+
+def test_the_reach_check_sees_a_store_call() -> None:
+    probe = PACKAGE_DIR / "protocol" / "v2025_11_25.py"
+    assert "tasks" in _service_fields_reached(probe)
