@@ -51,6 +51,9 @@ class MemoryApiStore:
         self.limits: dict[str, dict[str, Any]] = {}
         """Per-principal quota overrides (rows of mcp_principal_limits)."""
         self._listeners: list[asyncio.Queue[str | None]] = []
+        self.state_reads = 0
+        """Batched re-reads of task states (the event hub's polls and sweeps)."""
+        self._state_read = asyncio.Condition()
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -97,11 +100,19 @@ class MemoryApiStore:
         return [self._record(self.rows[t]) for t in task_ids if t in self.rows]
 
     async def task_states(self, task_ids: Sequence[str]) -> list[tuple[Any, ...]]:
+        self.state_reads += 1
+        async with self._state_read:
+            self._state_read.notify_all()  # the waiter runs once the caller has used the rows
         return [
             (t, row.status, row.status_message, row.last_updated_at, 0)
             for t in task_ids
             if (row := self.rows.get(t)) is not None
         ]
+
+    async def state_reads_reach(self, count: int, timeout_s: float = 5.0) -> None:
+        """Wait until ``state_reads`` is at least ``count``."""
+        async with asyncio.timeout(timeout_s), self._state_read:
+            await self._state_read.wait_for(lambda: self.state_reads >= count)
 
     async def task_exists(self, task_id: str, owner: str) -> bool:
         return await self.get_task(task_id, owner) is not None

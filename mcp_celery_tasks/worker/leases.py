@@ -3,7 +3,7 @@
 CPU-bound tools never touch their context, so the lease cannot depend on them: the keeper
 renews each job's lease every third of its length and flushes the job's coalesced status
 message when it is due. A renewal that failed (the database is unreachable) is tried again
-every ``RETRY_S``, not a third of a lease later: the lease must be back the moment the database
+every ``retry_s`` (a second), not a third of a lease later: the lease must be back the moment the database
 is. It tends ``Runtime`` objects and nothing else.
 """
 
@@ -42,8 +42,10 @@ class LeaseKeeper:
     RELEASE_WAIT_S = 5.0
     RETRY_S = 1.0
 
-    def __init__(self, lease_s: float) -> None:
+    def __init__(self, lease_s: float, *, tick_s: float = TICK_S, retry_s: float = RETRY_S) -> None:
         self._lease_s = lease_s
+        self._tick_s = tick_s
+        self._retry_s = retry_s
         self._pid: int | None = None  # the process whose thread this is (a fork has none)
 
     def _start(self) -> None:
@@ -78,7 +80,7 @@ class LeaseKeeper:
             with self._lock:
                 while not self._jobs:
                     self._has_jobs.wait()
-            time.sleep(self.TICK_S)
+            time.sleep(self._tick_s)
             with self._lock:
                 for lease in list(self._jobs.values()):
                     self._tend(lease, renew_every)
@@ -89,7 +91,7 @@ class LeaseKeeper:
             with contextlib.suppress(InfrastructureError):
                 lease.runtime.flush_if_due()
             now = time.monotonic()
-            if now - lease.renewed >= (self.RETRY_S if lease.failing else renew_every):
+            if now - lease.renewed >= (self._retry_s if lease.failing else renew_every):
                 lease.renewed = now
                 try:
                     lease.runtime.renew_lease(self._lease_s)

@@ -111,6 +111,8 @@ class Runtime:
         observer: JobObserver = SILENT,
         soft_limit_s: float | None = None,
         outage_budget_s: float = 120.0,
+        outage_first_pause_s: float = 0.2,
+        inbox_down_poll_s: float = _POLL_S,
     ) -> None:
         self.task_id = task_id
         self.job_id = job_id
@@ -134,6 +136,8 @@ class Runtime:
         self._main_busy = 0  # our own store calls (or an input wait) under way in the job's thread
         self._store_calls = 0  # our own store calls under way in the job's thread (never interrupted)
         self._outage_budget_s = outage_budget_s
+        self._outage_first_pause_s = outage_first_pause_s
+        self._inbox_down_poll_s = inbox_down_poll_s
         self._stopping = False
         self._tool_done = False  # past the tool: the outcome is recorded whatever the signal
         self._inbox_down = False
@@ -216,7 +220,13 @@ class Runtime:
         """A store call of the job's thread, riding out an outage for up to the budget."""
         try:
             with self._uninterrupted():
-                return ride_out(call, budget_s=self._outage_budget_s, what=what, stop=self._interrupted)
+                return ride_out(
+                    call,
+                    budget_s=self._outage_budget_s,
+                    what=what,
+                    first_delay_s=self._outage_first_pause_s,
+                    stop=self._interrupted,
+                )
         except OutageTooLong:
             if self._interrupted():
                 raise WorkerStopping("the worker is stopping") from None
@@ -404,4 +414,4 @@ class Runtime:
                 if not is_infrastructure(exc):
                     raise
                 self._note_inbox_down(exc)
-                time.sleep(max(0.0, min(_POLL_S, slice_s - (time.monotonic() - started))))
+                time.sleep(max(0.0, min(self._inbox_down_poll_s, slice_s - (time.monotonic() - started))))

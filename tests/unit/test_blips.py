@@ -113,7 +113,7 @@ def test_ride_out_lets_any_other_error_through_at_once() -> None:
 def test_ride_out_gives_up_past_the_budget_with_the_cause_attached() -> None:
     call = Flaky(1000, psycopg.OperationalError("down"))
     with pytest.raises(OutageTooLong) as raised:
-        ride_out(call, budget_s=0.3, what="a status report", first_delay_s=0.05, max_delay_s=0.05)
+        ride_out(call, budget_s=0.1, what="a status report", first_delay_s=0.02, max_delay_s=0.02)
     assert isinstance(raised.value, InfrastructureError)
     assert isinstance(raised.value.__cause__, psycopg.OperationalError)
     assert "a status report" in str(raised.value)

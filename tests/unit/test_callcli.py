@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -20,7 +18,7 @@ from mcp_celery_tasks.client.view import (
     show_result,
     task_mode,
 )
-from tests.support import ROOT
+from tests import cliprobe
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -187,17 +185,22 @@ def test_durations_read_naturally(seconds: float, text: str) -> None:
     assert duration(seconds) == text
 
 
+@pytest.fixture(scope="module")
+def help_shown() -> dict[str, cliprobe.Screen]:
+    """``call --help`` and ``tools --help`` in one interpreter, with nothing of this shell's
+    environment but a PATH."""
+    env = {"COLUMNS": "120", "PATH": "/usr/bin:/bin"}
+    commands = ["call", "tools"]
+    screens = cliprobe.help_screens([((command, "--help"), env) for command in commands])
+    return dict(zip(commands, screens, strict=True))
+
+
 @pytest.mark.parametrize("command", ["call", "tools"])
-def test_help_shows_what_to_type_not_python_types(command: str) -> None:
-    shown = subprocess.run(
-        [sys.executable, "-m", "mcp_celery_tasks.cli", command, "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"},
-    )
-    assert shown.returncode == 0, shown.stderr
+def test_help_shows_what_to_type_not_python_types(
+    help_shown: dict[str, cliprobe.Screen], command: str
+) -> None:
+    shown = help_shown[command]
+    assert shown.code == 0, shown.stderr
     for tag in ("<str>", "<bool>", "<list", "<path>", "<float>", "<int>"):
         assert tag not in shown.stdout
     assert "--url" in shown.stdout and "URL" in shown.stdout

@@ -3,47 +3,45 @@ only migration commands do. ``migrate.head_revision`` reads the migration files 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 from alembic.script import ScriptDirectory
 
 from mcp_celery_tasks.store import migrate
+from tests import cliprobe
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_ONLY = ("alembic", "sqlalchemy")
 
 
-def _loaded_after(statement: str) -> list[str]:
-    probe = (
-        "import json, sys\n"
-        f"{statement}\n"
-        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({SCHEMA_ONLY!r}))))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
-    )
-    loaded: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
-    return loaded
+API = (
+    "import mcp_celery_tasks.api.server, mcp_celery_tasks.api.compose\n"
+    "from mcp_celery_tasks.settings import Settings\n"
+    "mcp_celery_tasks.api.server.create_server(Settings())"  # reads the head revision
+)
+WORKER = "import mcp_celery_tasks.worker.celery_glue, mcp_celery_tasks.celery_main"
+MIGRATIONS = "import mcp_celery_tasks.store.schema"
 
 
-def test_the_api_process_modules_load_neither_alembic_nor_sqlalchemy() -> None:
-    statement = (
-        "import mcp_celery_tasks.api.server, mcp_celery_tasks.api.compose\n"
-        "from mcp_celery_tasks.settings import Settings\n"
-        "mcp_celery_tasks.api.server.create_server(Settings())"  # reads the head revision
-    )
-    assert _loaded_after(statement) == []
+@pytest.fixture(scope="module")
+def loaded() -> dict[str, list[str]]:
+    """What each process's modules had loaded, in one fresh interpreter: the API's, then the
+    worker's on top, then the schema's. ``sys.modules`` only grows, so the schema modules are
+    seen to bring in SQLAlchemy only if the two before did not."""
+    steps = {"api": API, "worker": WORKER, "migrations": MIGRATIONS}
+    return dict(zip(steps, cliprobe.loaded_after_each(list(steps.values()), SCHEMA_ONLY), strict=True))
 
 
-def test_the_worker_modules_load_neither_alembic_nor_sqlalchemy() -> None:
-    assert _loaded_after("import mcp_celery_tasks.worker.celery_glue, mcp_celery_tasks.celery_main") == []
+def test_the_api_process_modules_load_neither_alembic_nor_sqlalchemy(loaded: dict[str, list[str]]) -> None:
+    assert loaded["api"] == []
 
 
-def test_the_migration_modules_still_have_them() -> None:
-    assert _loaded_after("import mcp_celery_tasks.store.schema") == ["sqlalchemy"]
+def test_the_worker_modules_load_neither_alembic_nor_sqlalchemy(loaded: dict[str, list[str]]) -> None:
+    assert loaded["worker"] == []
+
+
+def test_the_migration_modules_still_have_them(loaded: dict[str, list[str]]) -> None:
+    assert loaded["migrations"] == ["sqlalchemy"]
 
 
 def test_the_head_revision_is_alembics() -> None:

@@ -9,6 +9,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from mcp_celery_tasks.protocol import push
 from mcp_celery_tasks.protocol.rpc import Stream
 from mcp_celery_tasks.protocol.services import Services
@@ -37,7 +39,7 @@ async def open_stream(services: Services, task_id: str) -> AsyncIterator[dict[st
 
 
 async def test_idle_streams_read_nothing_and_a_status_message_still_arrives(
-    services: Services, memory: MemoryApiStore
+    services: Services, memory: MemoryApiStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads = 0
     read_rows = memory.get_tasks
@@ -58,9 +60,16 @@ async def test_idle_streams_read_nothing_and_a_status_message_still_arrives(
         streams.append(messages)
     pending = [asyncio.ensure_future(anext(messages)) for messages in streams]
     try:
-        await asyncio.sleep(0.5)  # the hub has seen every task once: one spurious read each
-        before = reads
-        await asyncio.sleep(5.5)  # longer than the stream's old timer (5 s)
+        # The hub has seen every task once (one spurious read each) and polled again since.
+        await memory.state_reads_reach(2)
+        before, hub_reads = reads, services.events.rereads
+        # 5.5 s pass on the loop's clock at once: longer than the stream's old timer (5 s) and
+        # the hub's safety sweep (5 s); every timer due meanwhile fires, then real polls follow.
+        loop = asyncio.get_running_loop()
+        real_time = loop.time
+        monkeypatch.setattr(loop, "time", lambda: real_time() + 5.5)
+        await asyncio.sleep(0.25)
+        assert services.events.rereads > hub_reads + 1  # the hub kept polling meanwhile
         assert reads == before  # idle streams cost no reads of their own
         assert not any(p.done() for p in pending)
 

@@ -51,7 +51,7 @@ def test_an_outage_past_the_budget_fails_the_task_with_an_infrastructure_error()
     store, observer = MemoryStore(), Recorder()
     row = store.add(PREFIX + "reports")
     store.fail("report", 10_000)  # the database never answers the tool's report
-    outcome = make_runner(store, observer, outage_budget_seconds=0.3).run(row.job_id)
+    outcome = make_runner(store, observer, outage_budget_seconds=0.1).run(row.job_id)
     assert outcome.status == "failed" and row.status == "failed"
     assert row.error is not None and row.error["code"] == codes.INTERNAL_ERROR
     assert "outage budget" in row.error["message"]

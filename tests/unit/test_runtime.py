@@ -229,7 +229,7 @@ def test_the_lease_thread_renews_and_flushes_until_released() -> None:
     store = MemoryStore()
     row = claimed_row(store)
     runtime = runtime_for(store, row, report_interval_s=0.05)
-    keeper = LeaseKeeper(lease_s=0.3)
+    keeper = LeaseKeeper(lease_s=0.3, tick_s=0.02, retry_s=0.05)
     first_lease = row.lease_until
     assert first_lease is not None
     runtime.report("one")
@@ -247,7 +247,7 @@ def test_the_lease_thread_marks_a_runtime_lost_when_its_renewal_is_refused() -> 
     store = MemoryStore()
     row = claimed_row(store)
     runtime = runtime_for(store, row)
-    keeper = LeaseKeeper(lease_s=0.3)
+    keeper = LeaseKeeper(lease_s=0.3, tick_s=0.02, retry_s=0.05)
     keeper.watch(runtime)
     try:
         store.cancel(row.task_id)
@@ -260,7 +260,7 @@ def test_the_lease_thread_survives_a_database_outage() -> None:
     store = MemoryStore()
     row = claimed_row(store)
     runtime = runtime_for(store, row)
-    keeper = LeaseKeeper(lease_s=0.3)
+    keeper = LeaseKeeper(lease_s=0.3, tick_s=0.02, retry_s=0.05)
     store.fail("renew_lease", times=2)
     keeper.watch(runtime)
     try:

@@ -23,7 +23,7 @@ from tests.unit.test_runtime import ACCEPT, ME, claimed_row, question, runtime_f
 def test_a_report_during_a_database_blip_lands_and_the_tool_never_sees_it() -> None:
     store = MemoryStore()
     row = claimed_row(store)
-    runtime = runtime_for(store, row)
+    runtime = runtime_for(store, row, outage_first_pause_s=0.01)
     store.fail("report", 2)
     runtime.report("step 1")  # no exception: retried inside the runtime
     assert row.status_message == "step 1" and store.calls.count("report") == 3
@@ -32,7 +32,9 @@ def test_a_report_during_a_database_blip_lands_and_the_tool_never_sees_it() -> N
 def test_every_read_and_write_of_an_input_wait_rides_out_a_blip() -> None:
     store = MemoryStore()
     row = claimed_row(store)
-    runtime = runtime_for(store, row, MemoryInbox(answer_everything(store, ACCEPT)))
+    runtime = runtime_for(
+        store, row, MemoryInbox(answer_everything(store, ACCEPT)), outage_first_pause_s=0.01
+    )
     for method in ("all_inputs", "open_inputs", "input_state"):
         store.fail(method, 1)
     answers = runtime.ask({"q": question("Sure?")}, timeout_s=30)
@@ -56,7 +58,7 @@ def test_an_unreachable_broker_turns_an_input_wait_into_polling_the_row() -> Non
     store = MemoryStore()
     row = claimed_row(store)
     inbox = DeadBroker()
-    runtime = runtime_for(store, row, inbox)
+    runtime = runtime_for(store, row, inbox, inbox_down_poll_s=0.05)
 
     def client() -> None:
         wait_until(lambda: store.outstanding(row.task_id), 15, 0.01, what="the question")
@@ -70,18 +72,18 @@ def test_an_unreachable_broker_turns_an_input_wait_into_polling_the_row() -> Non
     answering.join()
     assert answers == {"q": ACCEPT}
     assert inbox.declared == 1 and inbox.waits >= 1
-    assert time.monotonic() - started < 15  # polled about once a second, not stuck until the timeout
+    assert time.monotonic() - started < 15  # polled every 0.05 s, not stuck until the timeout
 
 
 def test_an_outage_past_the_budget_ends_in_outage_too_long() -> None:
     store = MemoryStore()
     row = claimed_row(store)
-    runtime = runtime_for(store, row, outage_budget_s=0.5)
+    runtime = runtime_for(store, row, outage_budget_s=0.2, outage_first_pause_s=0.02)
     store.fail("report", 1000)
     started = time.monotonic()
     with pytest.raises(OutageTooLong):
         runtime.report("step 1")
-    assert 0.3 <= time.monotonic() - started < 3
+    assert 0.2 <= time.monotonic() - started < 3
 
 
 def test_a_message_the_lease_thread_could_not_write_stays_pending() -> None:
@@ -137,10 +139,11 @@ def test_a_stop_signal_in_tool_code_raises_at_once() -> None:
 
 
 def test_the_lease_thread_retries_a_failed_renewal_within_a_second() -> None:
+    assert LeaseKeeper.RETRY_S <= 1.0  # the default; the keeper here retries faster
     store = MemoryStore()
     row = claimed_row(store)
     runtime = runtime_for(store, row)
-    keeper = LeaseKeeper(lease_s=30.0)  # renews every 10 s when all is well
+    keeper = LeaseKeeper(lease_s=30.0, tick_s=0.02, retry_s=0.1)  # renews every 10 s when all is well
     keeper.watch(runtime)
     try:
         store.fail("renew_lease", 1)
