@@ -290,7 +290,7 @@ def test_dev_never_leaks_after_sighup_or_kill_and_the_next_start_recovers(dev_di
         second = _cli(checkout, "dev", "--port", str(free_port()), "--tools", DEV_TOOLS)
         assert second.returncode == 2 and "already runs" in second.stderr, second.stderr
         listed = _cli(checkout / "sub", "tasks", "ls", "--json")
-        assert listed.returncode == 0 and "using the dev stack of" in listed.stderr, listed.stderr
+        assert listed.returncode == 0 and "database: the dev stack's (" in listed.stderr, listed.stderr
         called = _cli(checkout / "sub", "call", "slow_compute", "--arg", "seconds=0.1", "--json")
         assert called.returncode == 0, called.stderr
         assert json.loads(called.stdout)["status"] == "completed"
