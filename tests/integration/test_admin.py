@@ -385,3 +385,33 @@ def test_a_record_someone_else_could_have_written_is_ignored(tmp_path: Path) -> 
         path.chmod(mode)
         assert devrecord.read(path) is None
         assert path.exists()  # not ours to judge: left alone
+
+
+def test_piped_top_and_limits_ls_are_never_cut_to_80_columns(db_url: str) -> None:
+    principal = "token:" + "a-very-long-service-account-name-" * 3
+    tool = "a_tool_with_a_name_long_enough_to_overflow_eighty_columns_alone"
+    _seed(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, status, error,
+                 retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
+                 client_capabilities, started_at, finished_at)
+               VALUES ('task-long', 'job-long', %s, %s, '{}', 'failed', '{"code": -32603, "message": "x"}',
+                 60000, 1000, 'q', 3, '2026-07-28', '{}', now(), now())""",
+            (principal, tool),
+        )
+    note = "set for the nightly batch of the reporting team, ask them before raising it"
+    assert _run("tasks", "limits", "set", principal, "--max-active", "7", "--note", note,
+                MCP_TASKS_DATABASE_URL=db_url).returncode == 0  # fmt: skip
+    for command, whole in (
+        (("tasks", "limits", "ls"), (principal, note)),
+        (("tasks", "top", "--once"), (tool,)),
+    ):
+        ran = _run(*command, MCP_TASKS_DATABASE_URL=db_url)  # stdout is a pipe here
+        assert ran.returncode == 0, ran.stderr
+        assert all(text in ran.stdout for text in whole), ran.stdout
+        assert max(len(line) for line in ran.stdout.splitlines()) > 80
+        # COLUMNS, when set, is the width to fit.
+        ran = _run(*command, MCP_TASKS_DATABASE_URL=db_url, COLUMNS="100")
+        assert ran.returncode == 0, ran.stderr
+        assert max(len(line) for line in ran.stdout.splitlines()) <= 100, ran.stdout
