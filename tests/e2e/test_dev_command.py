@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -337,4 +338,23 @@ def test_dev_never_leaks_after_sighup_or_kill_and_the_next_start_recovers(dev_di
         dev.send_signal(signal.SIGINT)
         dev.wait(120)
     assert dev.returncode == 0, log.read_text()[-2000:]
+    _nothing_left(data_dir, 30)
+
+
+@pytest.mark.timeout(120)
+def test_dev_refuses_a_taken_port_in_one_line_before_starting_anything(dev_dir: Path) -> None:
+    data_dir = dev_dir / "data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        log = dev_dir / "dev.log"
+        dev = _start_dev(data_dir, port, log)
+        assert dev.wait(60) == 2, log.read_text()
+    said = log.read_text()
+    lines = said.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: port "), said
+    assert str(port) in lines[0] and "--port" in lines[0]
+    assert "is running" not in said and "Traceback" not in said
+    assert not (data_dir / "postgres").exists() and not (data_dir / devrecord.RECORD_NAME).exists()
     _nothing_left(data_dir, 30)
