@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -23,6 +24,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from mcp_celery_tasks.cli.dev import record as devrecord
+from mcp_celery_tasks.cli.dev.embedded import ensure_system_user
 from tests.support import ROOT, Client, free_port, wait_until
 
 
@@ -358,3 +360,23 @@ def test_dev_refuses_a_taken_port_in_one_line_before_starting_anything(dev_dir: 
     assert "is running" not in said and "Traceback" not in said
     assert not (data_dir / "postgres").exists() and not (data_dir / devrecord.RECORD_NAME).exists()
     _nothing_left(data_dir, 30)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the embedded Postgres runs as its own user only under root")
+def test_as_root_the_postgres_user_is_made_without_a_login_shell_or_home(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    name = f"mcpt_{uuid.uuid4().hex[:10]}"
+    try:
+        assert ensure_system_user(name) is True
+        entry = pwd.getpwnam(name)
+        assert entry.pw_shell in ("/usr/sbin/nologin", "/bin/false")
+        assert not Path(entry.pw_dir).exists()
+        (said,) = capfd.readouterr().err.splitlines()
+        assert name in said and "no login shell" in said
+        assert ensure_system_user(name) is False  # there already: nothing done, nothing said
+        assert capfd.readouterr().err == ""
+    finally:
+        subprocess.run(["userdel", name], check=False, capture_output=True)
+    with pytest.raises(KeyError):
+        pwd.getpwnam(name)
