@@ -192,14 +192,19 @@ def test_train_model_refuses_names_outside_the_models_directory_before_training(
     assert not Path("/tmp/escape.npz").exists() and not (dirs.models.parent / "escape.npz").exists()
 
 
-def test_train_model_replaces_an_existing_model_only_with_consent(dirs: Dirs) -> None:
+def test_train_model_replaces_an_existing_model_only_with_consent_and_a_decline_keeps_it(dirs: Dirs) -> None:
     dirs.models.mkdir()
     (dirs.models / "m.npz").write_bytes(b"previous model")
     assert "nobody agreed" in refused(lambda: train_model(context(), "m", epochs=1, samples=10))
-    declined = context({"overwrite": {"action": "decline"}})
-    assert "declined" in refused(lambda: train_model(declined, "m", epochs=1, samples=10))
-    assert (dirs.models / "m.npz").read_bytes() == b"previous model"
-    agreed = context({"overwrite": {"action": "accept", "content": {"overwrite": True}}})
+    for answer in (
+        {"action": "decline"},
+        {"action": "cancel"},
+        {"action": "accept", "content": {"overwrite": False}},
+    ):
+        kept = train_model(context({"overwrite": answer}), "m", epochs=1, samples=10)
+        assert kept["kept_existing"] is True and "kept the existing model m.npz" in kept["message"]
+        assert (dirs.models / "m.npz").read_bytes() == b"previous model"
+    agreed = context({"overwrite": {"action": "accept", "content": {}}})  # accepting is the consent
     train_model(agreed, "m", epochs=1, samples=10)
     with np.load(dirs.models / "m.npz") as weights:
         assert "w1" in weights.files
