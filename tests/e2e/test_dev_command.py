@@ -380,3 +380,15 @@ def test_as_root_the_postgres_user_is_made_without_a_login_shell_or_home(
         subprocess.run(["userdel", name], check=False, capture_output=True)
     with pytest.raises(KeyError):
         pwd.getpwnam(name)
+
+
+def test_dev_psql_without_a_running_stack_says_so_in_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+    env["PYTHONPATH"] = str(ROOT)
+    ran = subprocess.run(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", "dev", "psql", "-c", "SELECT 1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 2 and ran.stdout == ""
+    (line,) = ran.stderr.splitlines()
+    assert line.startswith("error: no running dev stack") and "./scripts/dev" in line
