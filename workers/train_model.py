@@ -34,13 +34,9 @@ MAX_EPOCHS = 1_000_000
 MAX_SAMPLES = 1_000_000
 MAX_LOSS_HISTORY = 100
 
-OVERWRITE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "overwrite": {"type": "boolean", "description": "Replace the existing model file"},
-    },
-    "required": ["overwrite"],
-}
+OVERWRITE_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+"""A yes/no question: accepting is the consent, so the form has no field to fill in (a boolean
+field would ask the same question a second time after "accept")."""
 
 
 def _model_file(model: str) -> str:
@@ -133,17 +129,23 @@ class Mlp:
         np.savez(handle, w1=self.w1, b1=self.b1, w2=self.w2, b2=self.b2)
 
 
-def _overwrite_agreed(ctx: TaskContext, name: str, target: str) -> bool:
-    """Whether the user agreed to replace the model file; a ``ToolError`` when they declined."""
+def _overwrite_agreed(ctx: TaskContext, name: str, target: str) -> bool | None:
+    """True: replace the model file (the user accepted); False: there was none to replace when
+    the call arrived; None: the user declined or dismissed the question, so the file is kept.
+
+    A decline is an answer, not a failure: the task completes, without ``isError``, saying what it
+    kept. A file that appeared after the call arrived (nobody was asked) is refused as an error.
+    """
     answer = ctx.preflight.get("overwrite")
     if answer is None:
         if os.path.lexists(target):
             raise ToolError(f"{name} already exists and nobody agreed to replace it; call the tool again")
         return False
     content = answer.get("content") or {}
-    if answer.get("action") != "accept" or content.get("overwrite") is not True:
-        raise ToolError(f"Not overwriting {name}: the user declined")
-    return True
+    # ``"overwrite": false`` with accept: an answers file written for the older form.
+    if answer.get("action") == "accept" and content.get("overwrite") is not False:
+        return True
+    return None
 
 
 def _sampled(history: list[float]) -> list[float]:
@@ -167,12 +169,15 @@ def train_model(
 
     `model` names the file under the models directory (e.g. "moons" or "runs/moons.npz").
     Reports the loss after every epoch and stops between epochs when cancelled. Asks before
-    overwriting an existing model file.
+    overwriting an existing model file; declined, it keeps the file and trains nothing.
     """
     root = FileRoot.require_env(MODELS_DIR)
     name = _model_file(model)
     target = str(root.output_path(name))
     overwrite = _overwrite_agreed(ctx, name, target)
+    if overwrite is None:
+        kept = f"kept the existing model {name}: the user chose not to overwrite it; nothing was trained"
+        return {"model": name, "model_path": target, "kept_existing": True, "message": kept}
     # Opened first: a name the models directory refuses is refused before any training.
     with root.atomic_write(name, overwrite=overwrite) as handle:
         mlp, stats = _fit(ctx, epochs, samples, learning_rate, seed)

@@ -256,8 +256,13 @@ def migrate(
         fail(f"cannot grant the roles: {exc} (run migrate --roles as the database's owner)", EXIT_DATABASE)
 
 
-@app.command()
+dev_app = typer.Typer(cls=PlainHelpGroup, add_completion=False)
+app.add_typer(dev_app, name="dev")
+
+
+@dev_app.callback(invoke_without_command=True)
 def dev(
+    ctx: typer.Context,
     data_dir: Annotated[Path, typer.Option(help="Where the embedded services keep their data")] = Path(
         ".mcp-tasks"
     ),
@@ -265,10 +270,24 @@ def dev(
     tools: ToolsOpt = None,
 ) -> None:
     """Run everything on this machine: Postgres and Redis (embedded unless MCP_TASKS_DATABASE_URL /
-    MCP_TASKS_BROKER_URL are set), migrations, the API, a worker, the maintenance worker and beat."""
+    MCP_TASKS_BROKER_URL are set), migrations, the API, a worker, the maintenance worker and beat.
+    `dev psql` opens psql on the running stack's database."""
+    if ctx.invoked_subcommand is not None:
+        return
     from mcp_celery_tasks.cli.dev.stack import run_dev
 
     raise typer.Exit(run_dev(data_dir, port=port, tools=tools))
+
+
+@dev_app.command(
+    "psql", cls=PlainHelpCommand, context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def dev_psql(ctx: typer.Context) -> None:
+    """psql on the running dev stack's database (found from this folder); arguments go to psql,
+    e.g. `dev psql -c 'SELECT * FROM mcp_tasks_overview'`."""
+    from mcp_celery_tasks.cli.dev.psql import run_psql
+
+    raise typer.Exit(run_psql(list(ctx.args)))
 
 
 DEFAULT_URL = "http://127.0.0.1:8000/mcp"

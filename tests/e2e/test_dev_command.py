@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from mcp_celery_tasks.cli.dev import record as devrecord
+from mcp_celery_tasks.cli.dev.embedded import ensure_system_user
 from tests.support import ROOT, Client, free_port, wait_until
 
 
@@ -290,7 +293,7 @@ def test_dev_never_leaks_after_sighup_or_kill_and_the_next_start_recovers(dev_di
         second = _cli(checkout, "dev", "--port", str(free_port()), "--tools", DEV_TOOLS)
         assert second.returncode == 2 and "already runs" in second.stderr, second.stderr
         listed = _cli(checkout / "sub", "tasks", "ls", "--json")
-        assert listed.returncode == 0 and "using the dev stack of" in listed.stderr, listed.stderr
+        assert listed.returncode == 0 and "database: the dev stack's (" in listed.stderr, listed.stderr
         called = _cli(checkout / "sub", "call", "slow_compute", "--arg", "seconds=0.1", "--json")
         assert called.returncode == 0, called.stderr
         assert json.loads(called.stdout)["status"] == "completed"
@@ -338,3 +341,54 @@ def test_dev_never_leaks_after_sighup_or_kill_and_the_next_start_recovers(dev_di
         dev.wait(120)
     assert dev.returncode == 0, log.read_text()[-2000:]
     _nothing_left(data_dir, 30)
+
+
+@pytest.mark.timeout(120)
+def test_dev_refuses_a_taken_port_in_one_line_before_starting_anything(dev_dir: Path) -> None:
+    data_dir = dev_dir / "data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        log = dev_dir / "dev.log"
+        dev = _start_dev(data_dir, port, log)
+        assert dev.wait(60) == 2, log.read_text()
+    said = log.read_text()
+    lines = said.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: port "), said
+    assert str(port) in lines[0] and "--port" in lines[0]
+    assert "is running" not in said and "Traceback" not in said
+    assert not (data_dir / "postgres").exists() and not (data_dir / devrecord.RECORD_NAME).exists()
+    _nothing_left(data_dir, 30)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the embedded Postgres runs as its own user only under root")
+def test_as_root_the_postgres_user_is_made_without_a_login_shell_or_home(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    name = f"mcpt_{uuid.uuid4().hex[:10]}"
+    try:
+        assert ensure_system_user(name) is True
+        entry = pwd.getpwnam(name)
+        assert entry.pw_shell in ("/usr/sbin/nologin", "/bin/false")
+        assert not Path(entry.pw_dir).exists()
+        (said,) = capfd.readouterr().err.splitlines()
+        assert name in said and "no login shell" in said
+        assert ensure_system_user(name) is False  # there already: nothing done, nothing said
+        assert capfd.readouterr().err == ""
+    finally:
+        subprocess.run(["userdel", name], check=False, capture_output=True)
+    with pytest.raises(KeyError):
+        pwd.getpwnam(name)
+
+
+def test_dev_psql_without_a_running_stack_says_so_in_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+    env["PYTHONPATH"] = str(ROOT)
+    ran = subprocess.run(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", "dev", "psql", "-c", "SELECT 1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 2 and ran.stdout == ""
+    (line,) = ran.stderr.splitlines()
+    assert line.startswith("error: no running dev stack") and "./scripts/dev" in line

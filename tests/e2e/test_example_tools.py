@@ -183,7 +183,8 @@ def test_existing_model_file_makes_the_call_ask_first_then_the_accepted_answer_c
     question = asked["inputRequests"]["overwrite"]
     assert question["method"] == "elicitation/create"
     assert f"{name}.npz already exists" in question["params"]["message"]
-    assert question["params"]["requestedSchema"]["required"] == ["overwrite"]
+    # One question: accepting it is the consent (no field asking it again).
+    assert question["params"]["requestedSchema"] == {"type": "object", "properties": {}}
     assert model_path.read_bytes() == b"previous model"  # nothing ran yet
 
     created = call(
@@ -191,7 +192,7 @@ def test_existing_model_file_makes_the_call_ask_first_then_the_accepted_answer_c
         "train_model",
         arguments,
         _meta=meta(elicitation={}),
-        inputResponses={"overwrite": {"action": "accept", "content": {"overwrite": True}}},
+        inputResponses={"overwrite": {"action": "accept"}},
         requestState=asked["requestState"],
     )
     assert created["resultType"] == "task"
@@ -203,10 +204,10 @@ def test_existing_model_file_makes_the_call_ask_first_then_the_accepted_answer_c
 
 @pytest.mark.parametrize(
     "answer",
-    [{"action": "decline"}, {"action": "accept", "content": {"overwrite": False}}],
-    ids=["declined", "accepted-with-no"],
+    [{"action": "decline"}, {"action": "cancel"}, {"action": "accept", "content": {"overwrite": False}}],
+    ids=["declined", "dismissed", "accepted-with-no"],
 )
-def test_refusing_the_overwrite_ends_the_task_with_is_error_and_keeps_the_file(
+def test_refusing_the_overwrite_completes_without_is_error_and_keeps_the_file(
     gpu_worker: Proc, client: Client, stack: Stack, model_dir: str, answer: dict[str, Any]
 ) -> None:
     name, model_path = existing_model(stack, model_dir)
@@ -220,8 +221,9 @@ def test_refusing_the_overwrite_ends_the_task_with_is_error_and_keeps_the_file(
         inputResponses={"overwrite": answer},
         requestState=asked["requestState"],
     )
-    message = tool_error(client.wait_status(created["taskId"], timeout=60))
-    assert "declined" in message
+    result = structured(client.wait_status(created["taskId"], timeout=60))
+    assert result["kept_existing"] is True and result["message"].startswith(f"kept the existing model {name}")
+    assert "epochs" not in result  # nothing was trained
     assert model_path.read_bytes() == b"previous model"
 
 

@@ -10,10 +10,12 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
+from mcp_celery_tasks.cli.admin.connect import redact
 from mcp_celery_tasks.cli.dev import record as devrecord
 from tests.support import ROOT, create_database, drop_database, dsn_for, free_port, wait_until
 
@@ -162,8 +164,9 @@ def _run(*args: str, cwd: Path = ROOT, **env_vars: str) -> subprocess.CompletedP
 
 
 def _one_error_line(ran: subprocess.CompletedProcess[str]) -> str:
+    """The one ``error: …`` line (after the ``database: …`` line saying which one it tried)."""
     assert "Traceback" not in ran.stderr, ran.stderr
-    lines = ran.stderr.strip().splitlines()
+    lines = [line for line in ran.stderr.strip().splitlines() if not line.startswith("database: ")]
     assert len(lines) == 1 and lines[0].startswith("error: "), ran.stderr
     return lines[0]
 
@@ -304,7 +307,7 @@ def test_admin_commands_find_the_running_dev_stack_and_forget_a_stale_one(
         ran = _run("tasks", "ls", "--json", cwd=checkout / "sub" / "dir")
         assert ran.returncode == 0, ran.stderr
         assert {row["task_id"] for row in json.loads(ran.stdout)} == {"task-0", "task-1", "task-2"}
-        assert f"using the dev stack of {data_dir} (pid {fake.pid})" in ran.stderr
+        assert ran.stderr.splitlines()[0] == f"database: the dev stack's ({data_dir}, pid {fake.pid})"
         # MCP_TASKS_DATABASE_URL wins over the record.
         ran = _run(
             "tasks",
@@ -319,6 +322,32 @@ def test_admin_commands_find_the_running_dev_stack_and_forget_a_stale_one(
         fake.wait()
     assert devrecord.find(checkout / "sub") is None  # its process is gone: stale
     assert not path.exists()
+    # Neither a variable nor a running stack: no guess at a Postgres on 5432, exit 2.
+    for command in (("tasks", "ls", "--json"), ("tasks", "top", "--once"), ("tasks", "limits", "ls")):
+        ran = _run(*command, cwd=checkout)
+        assert ran.returncode == 2 and ran.stdout == "", (command, ran.stderr)
+        line = _one_error_line(ran)
+        assert "./scripts/dev" in line and "MCP_TASKS_DATABASE_URL" in line
+
+
+def test_admin_commands_say_which_database_they_use_password_hidden(db_url: str, tmp_path: Path) -> None:
+    _seed(db_url)
+    parts = urlsplit(db_url)
+    user, _, host = parts.netloc.rpartition("@")
+    with_password = urlunsplit(parts._replace(netloc=f"{user or 'postgres'}:s3cret@{host}"))
+    # The test server trusts local connections: the password is only there to be hidden.
+    ran = _run("tasks", "ls", "--json", MCP_TASKS_DATABASE_URL=with_password)
+    assert ran.returncode == 0, ran.stderr
+    assert len(json.loads(ran.stdout)) == 3  # stdout is the JSON alone
+    assert ran.stderr.splitlines() == [f"database: MCP_TASKS_DATABASE_URL={redact(with_password)}"]
+    assert "s3cret" not in ran.stderr and ":***@" in ran.stderr
+    secret = tmp_path / "dsn"
+    secret.write_text(with_password + "\n")
+    ran = _run("tasks", "ls", "--json", cwd=tmp_path, MCP_TASKS_DATABASE_URL_FILE=str(secret))
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stderr.splitlines() == [
+        f"database: MCP_TASKS_DATABASE_URL_FILE={secret} ({redact(with_password)})"
+    ]
 
 
 def test_a_record_whose_pid_now_belongs_to_another_program_is_stale(tmp_path: Path) -> None:
@@ -356,3 +385,33 @@ def test_a_record_someone_else_could_have_written_is_ignored(tmp_path: Path) -> 
         path.chmod(mode)
         assert devrecord.read(path) is None
         assert path.exists()  # not ours to judge: left alone
+
+
+def test_piped_top_and_limits_ls_are_never_cut_to_80_columns(db_url: str) -> None:
+    principal = "token:" + "a-very-long-service-account-name-" * 3
+    tool = "a_tool_with_a_name_long_enough_to_overflow_eighty_columns_alone"
+    _seed(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, status, error,
+                 retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
+                 client_capabilities, started_at, finished_at)
+               VALUES ('task-long', 'job-long', %s, %s, '{}', 'failed', '{"code": -32603, "message": "x"}',
+                 60000, 1000, 'q', 3, '2026-07-28', '{}', now(), now())""",
+            (principal, tool),
+        )
+    note = "set for the nightly batch of the reporting team, ask them before raising it"
+    assert _run("tasks", "limits", "set", principal, "--max-active", "7", "--note", note,
+                MCP_TASKS_DATABASE_URL=db_url).returncode == 0  # fmt: skip
+    for command, whole in (
+        (("tasks", "limits", "ls"), (principal, note)),
+        (("tasks", "top", "--once"), (tool,)),
+    ):
+        ran = _run(*command, MCP_TASKS_DATABASE_URL=db_url)  # stdout is a pipe here
+        assert ran.returncode == 0, ran.stderr
+        assert all(text in ran.stdout for text in whole), ran.stdout
+        assert max(len(line) for line in ran.stdout.splitlines()) > 80
+        # COLUMNS, when set, is the width to fit.
+        ran = _run(*command, MCP_TASKS_DATABASE_URL=db_url, COLUMNS="100")
+        assert ran.returncode == 0, ran.stderr
+        assert max(len(line) for line in ran.stdout.splitlines()) <= 100, ran.stdout

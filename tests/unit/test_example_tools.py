@@ -168,16 +168,21 @@ def test_train_model_refuses_names_outside_the_models_directory_before_training(
     assert not Path("/tmp/escape.npz").exists() and not (dirs.models.parent / "escape.npz").exists()
 
 
-def test_train_model_replaces_an_existing_model_only_with_consent(dirs: Dirs) -> None:
+def test_train_model_replaces_an_existing_model_only_with_consent_and_a_decline_keeps_it(dirs: Dirs) -> None:
     dirs.models.mkdir()
     (dirs.models / "m.npz").write_bytes(b"previous model")
     # Without an answer to its ask_first question (the file appeared after the call was checked):
     assert "nobody agreed" in refused(train_model, {}, model="m", epochs=1, samples=10)
-    declined = {"overwrite": {"action": "decline"}}
-    assert "declined" in refused(train_model, declined, model="m", epochs=1, samples=10)
-    assert (dirs.models / "m.npz").read_bytes() == b"previous model"
-    agreed = {"overwrite": {"action": "accept", "content": {"overwrite": True}}}
-    result(train_model, agreed, model="m", epochs=1, samples=10)
+    for answer in (
+        {"action": "decline"},
+        {"action": "cancel"},
+        {"action": "accept", "content": {"overwrite": False}},
+    ):
+        kept = result(train_model, {"overwrite": answer}, model="m", epochs=1, samples=10)
+        assert kept["kept_existing"] is True and "kept the existing model m.npz" in kept["message"]
+        assert (dirs.models / "m.npz").read_bytes() == b"previous model"
+    # accepting is the consent
+    result(train_model, {"overwrite": {"action": "accept", "content": {}}}, model="m", epochs=1, samples=10)
     with np.load(dirs.models / "m.npz") as weights:
         assert "w1" in weights.files
 

@@ -4,7 +4,8 @@ Exit codes (``tasks --help`` and the README say the same):
 
 - 0: done.
 - 1: no such task, or nothing to do (already finished, no override to clear).
-- 2: a usage or configuration mistake (a bad option value, an invalid ``MCP_TASKS_*`` variable).
+- 2: a usage or configuration mistake (a bad option value, an invalid ``MCP_TASKS_*`` variable,
+  no database given: neither ``MCP_TASKS_DATABASE_URL`` nor a running dev stack).
 - 3: the database cannot be used: nothing listening, no such database, or its tables not created
   yet (then it says to run ``mcp-celery-tasks migrate``).
 
@@ -51,6 +52,9 @@ EXIT_CODES_HELP = (
 )
 
 _UNDEFINED_TABLE = "42P01"
+
+DATABASE_VARIABLES = ("MCP_TASKS_DATABASE_URL", "MCP_TASKS_DATABASE_URL_FILE")
+"""What says where the database is; without either, the running dev stack's, or nothing."""
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -101,17 +105,38 @@ def _settings(**overrides: object) -> Settings:
 
 
 def admin_settings() -> Settings:
-    """Settings from ``MCP_TASKS_*``; without ``MCP_TASKS_DATABASE_URL``, those of the running dev
-    stack of this checkout (``.mcp-tasks/dev.json`` here or in a parent folder), said on stderr."""
+    """Settings from ``MCP_TASKS_*``; without ``MCP_TASKS_DATABASE_URL`` (or its ``_FILE``), those
+    of the running dev stack of this checkout (``.mcp-tasks/dev.json`` here or in a parent folder).
+
+    Which database it is goes to stderr in one line (``--json`` keeps stdout clean); with neither,
+    exit 2 rather than guess: the built-in default (a Postgres on 127.0.0.1:5432) is for the
+    servers, and an admin command run against it by accident shows some other machine's tasks.
+    """
     overrides: dict[str, object] = {}
-    if "MCP_TASKS_DATABASE_URL" not in os.environ and "MCP_TASKS_DATABASE_URL_FILE" not in os.environ:
+    explicit = next((name for name in DATABASE_VARIABLES if name in os.environ), None)
+    record = None
+    if explicit is None:
         record = devrecord.find()
-        if record is not None:
-            devrecord.announce(record, "its database")
-            overrides["database_url"] = record.database_url
-            if "MCP_TASKS_BROKER_URL" not in os.environ:
-                overrides["broker_url"] = record.broker_url
-    return _settings(**overrides)
+        if record is None:
+            fail(
+                "no database given: start the dev stack (`./scripts/dev`) and run this in its "
+                "checkout, or set MCP_TASKS_DATABASE_URL",
+                EXIT_USAGE,
+            )
+        overrides["database_url"] = record.database_url
+        if "MCP_TASKS_BROKER_URL" not in os.environ:
+            overrides["broker_url"] = record.broker_url
+    settings = _settings(**overrides)
+    typer.echo(f"database: {_where(settings, record)}", err=True)
+    return settings
+
+
+def _where(settings: Settings, record: devrecord.DevRecord | None) -> str:
+    if record is not None:
+        return f"the dev stack's ({record.data_dir}, pid {record.pid})"
+    url = redact(settings.database_url)
+    path = os.environ.get("MCP_TASKS_DATABASE_URL_FILE")
+    return f"MCP_TASKS_DATABASE_URL_FILE={path} ({url})" if path else f"MCP_TASKS_DATABASE_URL={url}"
 
 
 def admin_store(settings: Settings) -> WorkerStore:

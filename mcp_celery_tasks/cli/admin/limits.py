@@ -22,6 +22,7 @@ from mcp_celery_tasks.cli.admin.connect import (
     fail,
     friendly_errors,
 )
+from mcp_celery_tasks.cli.admin.view import print_whole
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
 
 __all__ = ["limits_app"]
@@ -56,7 +57,7 @@ def list_limits(
     for row in rows:
         cells = ["" if row[name] is None else str(row[name]) for name in COLUMNS]
         table.add_row(row["principal"], *cells, str(row["updated_at"])[:19])
-    console.print(table)
+    print_whole(console, table)
 
 
 @limits_app.command("set", cls=PlainHelpCommand)

@@ -25,7 +25,14 @@ from mcp_celery_tasks.cli.admin.connect import (
     friendly_errors,
 )
 from mcp_celery_tasks.cli.admin.limits import limits_app
-from mcp_celery_tasks.cli.admin.view import fmt, ls_table, natural_width, show_table, summary_view
+from mcp_celery_tasks.cli.admin.view import (
+    fmt,
+    ls_table,
+    natural_width,
+    print_whole,
+    show_table,
+    summary_view,
+)
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
 
 if TYPE_CHECKING:
@@ -159,7 +166,7 @@ def top(
         return summary_view(active, failures, caption, principals)
 
     if once:
-        console.print(screen(""))
+        print_whole(console, screen(""))
         return
     caption = f"refreshed every {interval:g} s · Ctrl-C to quit"
     try:
@@ -189,7 +196,7 @@ def show_task(ref: RefArg, as_json: JsonOpt = False) -> None:
     if as_json:
         typer.echo(json.dumps({"task": row, "inputs": inputs}, default=fmt, indent=2))
         return
-    console.print(show_table(row))
+    print_whole(console, show_table(row))
     for item in inputs:
         state = (
             "superseded"

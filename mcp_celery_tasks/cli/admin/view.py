@@ -1,25 +1,36 @@
 """The admin commands' screens: the ``ls`` table fitted to the terminal, ``top`` and ``show``.
 
 Ids are never cut: an operator copies them into ``show`` and ``cancel``. Piped output is never
-narrowed. On a narrow terminal the job id goes under the task id, then the least useful
-columns are left out (and named on stderr) until the table fits; ``--wide`` shows everything.
+narrowed (``ls``, ``top``, ``show``, ``limits ls``: the natural width, or ``COLUMNS``). On a
+narrow terminal the job id goes under the task id, then the least useful columns are left out
+(and named on stderr) until the table fits; ``--wide`` shows everything.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from rich import box
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
 
-__all__ = ["LsLayout", "fmt", "ls_table", "natural_width", "show_table", "status_cell", "summary_view"]
+__all__ = [
+    "LsLayout",
+    "fmt",
+    "ls_table",
+    "natural_width",
+    "print_whole",
+    "show_table",
+    "status_cell",
+    "summary_view",
+]
 
 
 def fmt(value: Any) -> str:
@@ -106,9 +117,17 @@ def _build(rows: Sequence[dict[str, Any]], layout: LsLayout, narrow_box: bool) -
     return table
 
 
-def natural_width(console: Console, table: Table) -> int:
+def natural_width(console: Console, table: RenderableType) -> int:
     """The width ``table`` takes when nothing limits it."""
     return Measurement.get(console, console.options.update(max_width=100_000), table).maximum
+
+
+def print_whole(console: Console, renderable: RenderableType) -> None:
+    """Print at the terminal's width; piped, at the natural width (rich would otherwise assume 80
+    columns and cut every cell to fit), or at ``COLUMNS`` when it is set."""
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").strip().isdigit():
+        console.width = max(console.width, natural_width(console, renderable))
+    console.print(renderable, crop=False)
 
 
 def ls_table(rows: Sequence[dict[str, Any]], console: Console, *, wide: bool) -> tuple[Table, LsLayout]:

