@@ -40,6 +40,7 @@ from mcp_celery_tasks.store import WorkerStore
 from mcp_celery_tasks.telemetry import metrics, tracing
 from mcp_celery_tasks.tools.registry import all_tools
 from mcp_celery_tasks.worker.child import catch_stop_signal, die_as_told, soft_limit_signal, stop_requested
+from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import Telemetry
 from mcp_celery_tasks.worker.runner import JobRunner
 from mcp_celery_tasks.worker.watchdog import RunningJob, Watchdog
@@ -232,7 +233,7 @@ def check_input_timeouts(app: Celery, settings: Settings) -> None:
     if limit is None:
         return
     for spec in all_tools():
-        waits = spec.input_timeout or settings.input_timeout_seconds
+        waits = JobLimits.for_tool(spec, settings).input_timeout_s
         if waits >= limit.seconds:
             raise SystemExit(
                 f"tool {spec.name!r} may wait {waits:.0f} s for input, but the {limit.name} is "

@@ -45,6 +45,7 @@ from mcp_celery_tasks.tools.results import error_result, to_call_tool_result
 from mcp_celery_tasks.transient import OutageTooLong, ride_out
 from mcp_celery_tasks.worker.child import in_job, running_tool, worker_identity
 from mcp_celery_tasks.worker.leases import LeaseKeeper
+from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import SILENT, JobObserver
 from mcp_celery_tasks.worker.outcomes import (
     CANCELLED,
@@ -128,10 +129,11 @@ class JobRunner:
             spec = get_tool(job.tool_name)
             if spec is None:
                 return self._refuse(job, me, f"Tool {job.tool_name!r} is not available on this worker")
-            runtime = self._runtime(job, me)
+            limits = JobLimits.for_tool(spec, self._settings)
+            runtime = self._runtime(job, me, limits)
             started = time.monotonic()
             with self._leased(runtime):
-                outcome = self._run(spec, job, runtime)
+                outcome = self._run(spec, job, runtime, limits)
                 elapsed = time.monotonic() - started
                 if outcome.status in (RETRY.status, STOPPING.status):
                     return self._give_back(job, me, outcome)
@@ -187,7 +189,7 @@ class JobRunner:
 
     # ---- lease -----------------------------------------------------------------------------------
 
-    def _runtime(self, job: ClaimedTask, me: str) -> Runtime:
+    def _runtime(self, job: ClaimedTask, me: str, limits: JobLimits) -> Runtime:
         return Runtime(
             self._store,
             task_id=job.task_id,
@@ -199,13 +201,9 @@ class JobRunner:
             check_interval_s=self._settings.cancel_check_interval_seconds,
             max_status_chars=self._settings.max_status_message_chars,
             observer=self._observer,
-            soft_limit_s=self._soft_limit(job),
+            limits=limits,
             outage_budget_s=self._settings.outage_budget_seconds,
         )
-
-    def _soft_limit(self, job: ClaimedTask) -> float | None:
-        spec = get_tool(job.tool_name)
-        return (spec.soft_time_limit if spec else None) or self._settings.tool_soft_time_limit_seconds
 
     @contextlib.contextmanager
     def _leased(self, runtime: Runtime) -> Iterator[None]:
@@ -218,13 +216,13 @@ class JobRunner:
 
     # ---- run -------------------------------------------------------------------------------------
 
-    def _run(self, spec: ToolSpec, job: ClaimedTask, runtime: Runtime) -> Outcome:
+    def _run(self, spec: ToolSpec, job: ClaimedTask, runtime: Runtime, limits: JobLimits) -> Outcome:
         """Call the tool and map what it returned or raised to an outcome.
 
         One of the two places allowed ``except Exception``: tool code is not ours. A cancel is
         a ``BaseException`` and is caught by name, before anything broad.
         """
-        ctx = self._context(spec, job, runtime)
+        ctx = self._context(job, runtime, limits)
         try:
             with bind(ctx), running_tool(runtime):
                 value = _call(spec, ctx, job.arguments)
@@ -278,12 +276,9 @@ class JobRunner:
                 detail=f"{type(exc).__name__}: {exc}"[:MAX_DETAIL_CHARS],
             )
 
-    def _context(self, spec: ToolSpec, job: ClaimedTask, runtime: Runtime) -> TaskContext:
-        waits = spec.input_timeout or self._settings.input_timeout_seconds
+    def _context(self, job: ClaimedTask, runtime: Runtime, limits: JobLimits) -> TaskContext:
         extensions = job.client_capabilities.get("extensions") or {}
-        if TASKS_EXTENSION not in extensions:
-            # A synchronous call asks through MRTR: if the client does not retry soon, it left.
-            waits = min(waits, self._settings.sync_input_timeout_seconds)
+        waits = limits.input_wait_s(task_augmented=TASKS_EXTENSION in extensions)
         return TaskContext(
             task_id=job.task_id,
             job_id=job.job_id,

@@ -28,6 +28,7 @@ from mcp_celery_tasks.errors import (
 )
 from mcp_celery_tasks.store.records import InputRecord
 from mcp_celery_tasks.transient import OutageTooLong, is_infrastructure, ride_out
+from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import SILENT, JobObserver
 from mcp_celery_tasks.worker.replay import Requests, plan_ask
 
@@ -109,7 +110,7 @@ class Runtime:
         check_interval_s: float = 0.2,
         max_status_chars: int = 1024,
         observer: JobObserver = SILENT,
-        soft_limit_s: float | None = None,
+        limits: JobLimits | None = None,
         outage_budget_s: float = 120.0,
     ) -> None:
         self.task_id = task_id
@@ -127,7 +128,7 @@ class Runtime:
         self._last_write = 0.0
         self._last_check = 0.0
         self._lost = False
-        self._soft_limit_s = soft_limit_s
+        self._soft_limit_s = limits.soft_time_limit_s if limits else None  # None: no limits at all
         self._started = time.monotonic()
         self._waited = 0.0
         self._soft_raised = False
