@@ -42,7 +42,7 @@ from mcp_celery_tasks.store.records import ClaimedTask
 from mcp_celery_tasks.tools.context import TaskContext, bind
 from mcp_celery_tasks.tools.registry import ToolSpec, get_tool
 from mcp_celery_tasks.tools.results import error_result, to_call_tool_result
-from mcp_celery_tasks.transient import OutageTooLong, ride_out
+from mcp_celery_tasks.transient import OUTCOME_WRITE, REQUEUE, Backoff, OutageTooLong, ride_out
 from mcp_celery_tasks.worker.child import in_job, running_tool, worker_identity
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.limits import JobLimits
@@ -95,8 +95,8 @@ class JobStore(RuntimeStore, Protocol):
 class JobRunner:
     """Runs one job to an outcome written on its row."""
 
-    RECORD_RETRY_DELAY_S = 0.5
-    """The first pause of the outcome write's retry loop; it doubles up to five seconds."""
+    RECORD_BACKOFF: Backoff = OUTCOME_WRITE
+    """The pauses between tries of the outcome write."""
     GIVE_BACK_BUDGET_S = 3.0
     """How long a stopping process tries to give its job back (it is being killed meanwhile)."""
 
@@ -319,7 +319,7 @@ class JobRunner:
             logger.info("job %s given back (%s)", job.job_id, outcome.status)
         if outcome is STOPPING:
             return JobOutcome("stopping")
-        return JobOutcome("infrastructure", retry_in=min(60.0, 2.0 ** min(job.attempts, 6)))
+        return JobOutcome("infrastructure", retry_in=REQUEUE.pause(job.attempts + 1))
 
     # ---- record ----------------------------------------------------------------------------------
 
@@ -341,26 +341,25 @@ class JobRunner:
     def _finish_with_retries(self, job: ClaimedTask, me: str, outcome: Outcome) -> bool:
         """Record the outcome, riding out a database failover: the work is done and must not be
         redone, so keep trying for ``finish_retry_seconds`` (the fence makes a late write safe)."""
-        deadline = time.monotonic() + self._settings.finish_retry_seconds
-        delay = self.RECORD_RETRY_DELAY_S
-        while True:
-            try:
-                return self._store.finish(
-                    job.task_id,
-                    me,
-                    outcome.status,
-                    result=outcome.result,
-                    error=outcome.error,
-                    message=outcome.message,
-                    error_kind=outcome.kind,
-                    error_message=outcome.detail,
-                )
-            except InfrastructureError:
-                if time.monotonic() + delay > deadline:
-                    raise
-                logger.warning("could not record the outcome of job %s; retrying", job.job_id)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+
+        def finish() -> bool:
+            return self._store.finish(
+                job.task_id,
+                me,
+                outcome.status,
+                result=outcome.result,
+                error=outcome.error,
+                message=outcome.message,
+                error_kind=outcome.kind,
+                error_message=outcome.detail,
+            )
+
+        return ride_out(
+            finish,
+            budget_s=self._settings.finish_retry_seconds,
+            what=f"recording the outcome of job {job.job_id}",
+            backoff=self.RECORD_BACKOFF,
+        )
 
     def _mark_stopped(self, job: ClaimedTask, me: str) -> None:
         try:

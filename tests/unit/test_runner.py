@@ -16,6 +16,7 @@ from mcp_celery_tasks import McpError, TaskCancelled, TaskContext, ToolError, to
 from mcp_celery_tasks.errors import TASKS_EXTENSION, InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
+from mcp_celery_tasks.transient import Backoff
 from mcp_celery_tasks.worker.observe import JobObserver
 from mcp_celery_tasks.worker.runner import JobRunner, worker_identity
 from tests.doubles import FakeInbox, MemoryStore, Row
@@ -195,7 +196,7 @@ def make_runner(store: MemoryStore, observer: Recorder, **settings: Any) -> JobR
         lambda: FakeInbox(),
         observer=observer,
     )
-    runner.RECORD_RETRY_DELAY_S = 0.001
+    runner.RECORD_BACKOFF = Backoff(0.001, 0.001)
     return runner
 
 
