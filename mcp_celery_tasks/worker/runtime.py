@@ -21,13 +21,14 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 from mcp_celery_tasks.errors import (
+    InfrastructureError,
     InputTimedOut,
     SoftTimeLimitExceeded,
     TaskCancelled,
     WorkerStopping,
 )
 from mcp_celery_tasks.store.records import InputRecord
-from mcp_celery_tasks.transient import OutageTooLong, is_infrastructure, ride_out
+from mcp_celery_tasks.transient import OutageTooLong, ride_out
 from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import SILENT, JobObserver
 from mcp_celery_tasks.worker.replay import Requests, plan_ask
@@ -81,7 +82,8 @@ class RuntimeStore(Protocol):
 
 
 class InboxWaiter(Protocol):
-    """The process's inbox as a waiting job sees it (``channel.Inbox`` in production)."""
+    """The process's inbox as a waiting job sees it (``channel.Inbox`` in production). A broker
+    failure comes out of ``declare`` and ``wait`` as an ``InfrastructureError``."""
 
     name: str
 
@@ -250,9 +252,8 @@ class Runtime:
             try:
                 with self._uninterrupted():
                     mine = self._store.still_mine(self.task_id, self.worker)
-            except Exception as exc:
-                if not is_infrastructure(exc):
-                    raise
+            except InfrastructureError:
+                pass  # an unreadable row is not a cancel
             else:
                 self._lost = self._lost or not mine
         return self._lost
@@ -295,11 +296,10 @@ class Runtime:
 
         try:
             mine = self._store_call(write, "a status report") if ride else write()
-        except Exception as exc:
-            if is_infrastructure(exc):
-                with self._lock:  # not lost: the next flush writes it, unless a newer one came
-                    if self._pending is None:
-                        self._pending = pending
+        except InfrastructureError:
+            with self._lock:  # not lost: the next flush writes it, unless a newer one came
+                if self._pending is None:
+                    self._pending = pending
             raise
         if not mine:
             self.mark_lost()
@@ -310,9 +310,8 @@ class Runtime:
         try:
             with self._busy():
                 self._store.log(self.task_id, self.worker, level, logger, data, max_logs)
-        except Exception as exc:  # best effort: an outage drops the line (the worker log has it)
-            if not is_infrastructure(exc):
-                raise
+        except InfrastructureError:  # best effort: an outage drops the line (the worker log has it)
+            pass
 
     def flush_if_due(self) -> None:
         """Write a pending message whose interval has passed (the lease thread calls this: one
@@ -360,9 +359,7 @@ class Runtime:
         consumer declares it again, and the waiter re-reads its row every few seconds anyway."""
         try:
             inbox.declare()
-        except Exception as exc:
-            if not is_infrastructure(exc):
-                raise
+        except InfrastructureError as exc:
             self._note_inbox_down(exc)
 
     def _note_inbox_down(self, exc: BaseException) -> None:
@@ -370,7 +367,7 @@ class Runtime:
             logger.warning(
                 "job %s: the broker is unreachable (%s); waiting for input by reading the row",
                 self.job_id,
-                type(exc).__name__,
+                type(exc.__cause__ or exc).__name__,  # the transport's own error
             )
         self._inbox_down = True
 
@@ -400,9 +397,7 @@ class Runtime:
             try:
                 inbox.wait(self.task_id, slice_s)
                 self._inbox_down = False
-            except Exception as exc:
+            except InfrastructureError as exc:
                 # A lost wake-up costs latency only: poll the row until the broker is back.
-                if not is_infrastructure(exc):
-                    raise
                 self._note_inbox_down(exc)
                 time.sleep(max(0.0, min(_POLL_S, slice_s - (time.monotonic() - started))))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis.exceptions
 
-from mcp_celery_tasks.errors import InfrastructureError, WorkerStopping
+from mcp_celery_tasks.errors import BrokerUnreachable, InfrastructureError, WorkerStopping
 from mcp_celery_tasks.transient import OutageTooLong
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.runtime import Runtime
@@ -41,15 +41,18 @@ def test_every_read_and_write_of_an_input_wait_rides_out_a_blip() -> None:
 
 
 class DeadBroker(FakeInbox):
-    """An inbox whose broker is down: declare and wait raise what redis-py raises."""
+    """An inbox whose broker is down: declare and wait raise what ``channel.Inbox`` raises (the
+    redis-py error wrapped; tests/unit/test_broker.py checks the real one)."""
 
     def declare(self) -> None:
         self.declared += 1
-        raise redis.exceptions.ConnectionError("Error 111 connecting to redis. Connection refused.")
+        cause = redis.exceptions.ConnectionError("Error 111 connecting to redis. Connection refused.")
+        raise BrokerUnreachable("the broker failed (declaring)") from cause
 
     def wait(self, task_id: str, timeout_s: float) -> bool:
         self.waits += 1
-        raise redis.exceptions.ConnectionError("Connection closed by server.")
+        cause = redis.exceptions.ConnectionError("Connection closed by server.")
+        raise BrokerUnreachable("the broker failed (waiting)") from cause
 
 
 def test_an_unreachable_broker_turns_an_input_wait_into_polling_the_row() -> None:
