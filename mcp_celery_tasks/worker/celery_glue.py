@@ -9,10 +9,8 @@ redelivery limit.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -39,7 +37,13 @@ from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import WorkerStore
 from mcp_celery_tasks.telemetry import metrics, tracing
 from mcp_celery_tasks.tools.registry import all_tools
-from mcp_celery_tasks.worker.child import catch_stop_signal, die_as_told, soft_limit_signal, stop_requested
+from mcp_celery_tasks.worker.child import (
+    after_fork,
+    catch_stop_signal,
+    die_as_told,
+    signal_soft_limit,
+    stop_requested,
+)
 from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import Telemetry
 from mcp_celery_tasks.worker.runner import JobRunner
@@ -74,9 +78,7 @@ def _after_fork(**_: Any) -> None:
     # parent must be neither used nor closed by the child.
     for store in _stores:
         store.forget_after_fork()
-    # The main process's watchdog signals a job past its soft time limit (SIGUSR2: billiard keeps
-    # SIGUSR1 for Celery's own soft time limits).
-    signal.signal(signal.SIGUSR2, soft_limit_signal)
+    after_fork()
 
 
 def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: str) -> threading.Thread:
@@ -89,10 +91,6 @@ def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: st
 
     def terminate(job_id: str) -> None:
         app.control.revoke(job_id, terminate=True, signal="SIGKILL", destination=[node])
-
-    def signal_soft_limit(pid: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGUSR2)
 
     dog = Watchdog(store, settings, terminate=terminate, signal_soft_limit=signal_soft_limit)
 
