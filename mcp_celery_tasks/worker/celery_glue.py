@@ -144,22 +144,20 @@ def install(
     app._mcp_store = store  # type: ignore[attr-defined]
     _stores.append(store)
     tracing.configure(settings, "mcp-celery-tasks-worker")
-    runner = JobRunner(store, settings, inbox_factory(app), observer=Telemetry())
+    _add_run_tool(app, JobRunner(store, settings, inbox_factory(app), observer=Telemetry()))
+    _add_beat_jobs(app, store, settings)
+    # The tool modules load when a worker or the API starts, not now: a project's tool module
+    # usually imports its tasks module, which imports this app (and its install call).
+    modules = list(settings.tool_modules if tools is None else tools) if load_tools else []
+    app._mcp_tool_modules = modules  # type: ignore[attr-defined]
+    _on_worker_start(app, store, settings)
+    return store
+
+
+def _add_run_tool(app: Celery, runner: JobRunner) -> None:
+    """The ``run_tool(job_id)`` task: the runner's outcome turned into what Celery does with the
+    message (acknowledge, retry later, or leave it for redelivery)."""
     main_pid = os.getpid()  # a threads or solo pool runs jobs here: no per-job signal to catch
-
-    @signals.worker_ready.connect(weak=False)
-    def _watch(sender: Any = None, **_: Any) -> None:
-        # A prefork worker's main process watches its children; a threads pool has no process
-        # to stop, and its jobs keep their leases from their own process.
-        if getattr(sender, "app", None) is app and isinstance(getattr(sender, "pool", None), PreforkPool):
-            start_watchdog(app, store, settings, sender.hostname)
-
-    if settings.worker_metrics_port:
-        port = settings.worker_metrics_port
-
-        @signals.worker_ready.connect(weak=False)
-        def _serve_metrics(**_: Any) -> None:
-            metrics.serve_worker_metrics(port)
 
     @app.task(
         name=RUN_TOOL,
@@ -191,6 +189,10 @@ def install(
         if outcome.retry_in is not None:
             raise self.retry(countdown=outcome.retry_in, max_retries=None)
 
+
+def _add_beat_jobs(app: Celery, store: WorkerStore, settings: Settings) -> None:
+    """The garbage collector and the sweeper, and their beat schedule (merged into the app's)."""
+
     @app.task(name=COLLECT_GARBAGE, ignore_result=True)
     def collect_garbage() -> int:
         return gc.collect_garbage(store)
@@ -205,10 +207,11 @@ def install(
         )
 
     app.conf.beat_schedule = {**(app.conf.beat_schedule or {}), **beat_schedule(settings)}
-    # The tool modules load when a worker or the API starts, not now: a project's tool module
-    # usually imports its tasks module, which imports this app (and its install call).
-    modules = list(settings.tool_modules if tools is None else tools) if load_tools else []
-    app._mcp_tool_modules = modules  # type: ignore[attr-defined]
+
+
+def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> None:
+    """What a worker of ``app`` does as it starts: load the tools and check their input
+    timeouts (before the pool forks), then watch its children and serve metrics (once ready)."""
 
     @signals.worker_init.connect(weak=False)
     def _before_start(sender: Any = None, **_: Any) -> None:
@@ -216,7 +219,19 @@ def install(
             load_installed_tools(app)  # before the pool forks: children inherit them
             check_input_timeouts(app, settings)
 
-    return store
+    @signals.worker_ready.connect(weak=False)
+    def _watch(sender: Any = None, **_: Any) -> None:
+        # A prefork worker's main process watches its children; a threads pool has no process
+        # to stop, and its jobs keep their leases from their own process.
+        if getattr(sender, "app", None) is app and isinstance(getattr(sender, "pool", None), PreforkPool):
+            start_watchdog(app, store, settings, sender.hostname)
+
+    if settings.worker_metrics_port:
+        port = settings.worker_metrics_port
+
+        @signals.worker_ready.connect(weak=False)
+        def _serve_metrics(**_: Any) -> None:
+            metrics.serve_worker_metrics(port)
 
 
 def check_input_timeouts(app: Celery, settings: Settings) -> None:
