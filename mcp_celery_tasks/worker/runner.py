@@ -37,6 +37,7 @@ from mcp_celery_tasks.errors import (
     ToolError,
     WorkerStopping,
 )
+from mcp_celery_tasks.lifecycle import ACTIVE, COMPLETED, FAILED
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
 from mcp_celery_tasks.tools.context import TaskContext, bind
@@ -159,7 +160,7 @@ class JobRunner:
 
     def _not_claimed(self, job_id: str) -> JobOutcome:
         state = self._store.job_state(job_id)
-        if state is None or state["status"] not in ("working", "input_required"):
+        if state is None or state["status"] not in ACTIVE:
             return JobOutcome("skipped")  # deleted, finished or cancelled: nothing to run
         if state["lease_left_s"] and state["lease_left_s"] > 0:
             # Someone alive holds it (a duplicate delivery): come back when the lease would end.
@@ -168,7 +169,7 @@ class JobRunner:
             attempts = state["attempts"]
             message = f"The job was started {attempts} times without finishing; giving up"
             self._store.fail_exhausted(job_id, {"code": codes.INTERNAL_ERROR, "message": message}, message)
-            return JobOutcome("failed")
+            return JobOutcome(FAILED)
         if state.get("redeliveries", 0) >= self._settings.max_redeliveries:
             times = state["redeliveries"]
             message = (
@@ -177,15 +178,15 @@ class JobRunner:
             )
             error = {"code": codes.INTERNAL_ERROR, "message": message}
             self._store.fail_exhausted(job_id, error, message, "redeliveries_exhausted")
-            return JobOutcome("failed")
+            return JobOutcome(FAILED)
         return JobOutcome("skipped")
 
     def _refuse(self, job: ClaimedTask, me: str, message: str) -> JobOutcome:
         """Fail a claimed job this worker cannot run (its tool is not loaded here)."""
         self._finish_with_retries(
-            job, me, Outcome("failed", error={"code": codes.INTERNAL_ERROR, "message": message})
+            job, me, Outcome(FAILED, error={"code": codes.INTERNAL_ERROR, "message": message})
         )
-        return JobOutcome("failed")
+        return JobOutcome(FAILED)
 
     # ---- lease -----------------------------------------------------------------------------------
 
@@ -226,11 +227,9 @@ class JobRunner:
         try:
             with bind(ctx), running_tool(runtime):
                 value = _call(spec, ctx, job.arguments)
-            return Outcome("completed", result=self._bounded(to_call_tool_result(value)))
+            return Outcome(COMPLETED, result=self._bounded(to_call_tool_result(value)))
         except _TooLarge as exc:
-            return Outcome(
-                "completed", result=error_result(str(exc)), kind="result_too_large", detail=str(exc)
-            )
+            return Outcome(COMPLETED, result=error_result(str(exc)), kind="result_too_large", detail=str(exc))
         except TaskCancelled:
             return CANCELLED
         except WorkerStopping:
@@ -238,7 +237,7 @@ class JobRunner:
         except ToolError as exc:
             said = str(exc) or type(exc).__name__
             return Outcome(
-                "completed",
+                COMPLETED,
                 result=error_result(said),
                 error=missing_capability(exc),
                 kind=tool_error_kind(exc),
@@ -246,14 +245,14 @@ class JobRunner:
             )
         except McpError as exc:
             return Outcome(
-                "failed", error=exc.to_error(), message=exc.message, kind="mcp_error", detail=exc.message
+                FAILED, error=exc.to_error(), message=exc.message, kind="mcp_error", detail=exc.message
             )
         except OutageTooLong as exc:
             budget = self._settings.outage_budget_seconds
             message = f"The task's database or broker stayed unreachable past the {budget:g} s outage budget"
             logger.error("job %s: %s (%s)", job.job_id, message, exc)
             return Outcome(
-                "failed",
+                FAILED,
                 error={"code": codes.INTERNAL_ERROR, "message": message},
                 message=message,
                 kind="infrastructure",
@@ -267,7 +266,7 @@ class JobRunner:
         except Exception as exc:
             logger.exception("tool %s raised in job %s", spec.name, job.job_id)
             return Outcome(
-                "completed",
+                COMPLETED,
                 result=error_result(
                     f"The tool {spec.name!r} failed with an unexpected error. "
                     f"Ask the operator to look up job {job.job_id} in the worker log."

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.lifecycle import ACTIVE, WORKING
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.telemetry import metrics
 from mcp_celery_tasks.tools.registry import get_tool
@@ -150,10 +151,10 @@ class Watchdog:
         if track.limits is None:  # resolved once per job and child
             track.limits = JobLimits.for_tool(get_tool(row["tool_name"]), self._settings)
         limits = track.limits
-        active = row["status"] in ("working", "input_required")
+        active = row["status"] in ACTIVE
         if row["ours"] and active:
             track.seen_ours = True
-            if row["status"] == "working":
+            if row["status"] == WORKING:
                 track.run_s += elapsed  # waiting for input does not count against the time limit
             self._check_limits(job, row, track, limits)
         elif row["ours"] and not row["finished"] and row["cancelled_for_s"] is not None:
