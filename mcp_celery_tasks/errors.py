@@ -20,6 +20,8 @@ knows its JSON-RPC code.
     │   └── SoftTimeLimitExceeded  the tool ran past its soft time limit
     ├── McpError                 raised by tool code: the task fails with this JSON-RPC error
     └── InfrastructureError      Postgres or the broker failed; never a tool result (retried)
+        ├── BrokerUnreachable    (``broker``) a kombu, redis-py or py-amqp error, wrapped where
+        │                        the broker call is made
         └── OutageTooLong        (``blips``) unreachable past the outage budget: the task fails
 
     BaseException
@@ -38,6 +40,7 @@ from typing import Any
 from mcp_types import jsonrpc as codes
 
 __all__ = [
+    "BrokerUnreachable",
     "HeaderMismatch",
     "InfrastructureError",
     "InputNotSupported",
@@ -232,3 +235,8 @@ class McpError(McpTasksError):
 
 class InfrastructureError(McpTasksError):
     """Postgres or the broker failed. The precise error is on ``__cause__``."""
+
+
+class BrokerUnreachable(InfrastructureError):
+    """The broker failed under one of our calls (``broker.channel``): the transport's own error
+    (kombu, redis-py, py-amqp) is on ``__cause__``, so callers catch ours only."""

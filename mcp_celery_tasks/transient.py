@@ -5,6 +5,18 @@ store and broker calls with bounded backoff for up to an outage budget
 (``outage_budget_seconds``), and tool code never sees such an error. ``is_infrastructure`` is
 the one place that decides what counts; it names the client libraries' exception classes
 instead of importing them, so this module stays free of every library's home.
+
+**The one retry policy.** Every wait after an infrastructure failure is a ``Backoff`` named
+here, so the timings are read (and changed) in one place:
+
+- ``OUTAGE``: a running job's own store and broker calls (``ride_out``'s default), 0.2 s
+  doubling to 5 s, for up to the outage budget;
+- ``OUTCOME_WRITE``: recording a finished job's outcome, 0.5 s doubling to 5 s, for up to
+  ``finish_retry_seconds`` (the work is done and must not be redone);
+- ``REQUEUE``: the Celery countdown of a job given back after an outage under its tool, 1 s
+  doubling to 60 s by the job's attempts;
+- ``LEASE_RENEWAL``: the lease thread's next try of a renewal that failed, every second (the
+  lease must be back the moment the database is).
 """
 
 from __future__ import annotations
@@ -13,11 +25,21 @@ import errno
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from mcp_celery_tasks.errors import InfrastructureError
 
-__all__ = ["OutageTooLong", "is_infrastructure", "ride_out"]
+__all__ = [
+    "LEASE_RENEWAL",
+    "OUTAGE",
+    "OUTCOME_WRITE",
+    "REQUEUE",
+    "Backoff",
+    "OutageTooLong",
+    "is_infrastructure",
+    "ride_out",
+]
 
 logger = logging.getLogger("mcp_celery_tasks.blips")
 
@@ -93,6 +115,24 @@ def _from_socket(exc: OSError) -> bool:
     return exc.filename is None
 
 
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Pauses between tries that double from ``first_s`` up to ``max_s``."""
+
+    first_s: float
+    max_s: float
+
+    def pause(self, failures: int) -> float:
+        """The pause after ``failures`` failures in a row (1: after the first)."""
+        return min(self.max_s, self.first_s * 2.0 ** min(max(failures - 1, 0), 64))
+
+
+OUTAGE: Final = Backoff(first_s=0.2, max_s=5.0)
+OUTCOME_WRITE: Final = Backoff(first_s=0.5, max_s=5.0)
+REQUEUE: Final = Backoff(first_s=1.0, max_s=60.0)
+LEASE_RENEWAL: Final = Backoff(first_s=1.0, max_s=1.0)
+
+
 class OutageTooLong(InfrastructureError):
     """The database or the broker stayed unreachable for longer than the outage budget."""
 
@@ -102,18 +142,16 @@ def ride_out(
     *,
     budget_s: float,
     what: str,
-    first_delay_s: float = 0.2,
-    max_delay_s: float = 5.0,
+    backoff: Backoff = OUTAGE,
     stop: Callable[[], bool] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """``call()``, retried with doubling pauses while it fails with an infrastructure error.
+    """``call()``, retried with ``backoff``'s pauses while it fails with an infrastructure error.
 
     Raises ``OutageTooLong`` (chained to the last error) once ``budget_s`` has passed, or at once
     when ``stop()`` turns true (the worker is shutting down). Any other error passes through.
     """
     started = time.monotonic()
-    delay = first_delay_s
     failures = 0
     while True:
         try:
@@ -129,8 +167,7 @@ def ride_out(
                 ) from exc
             if failures == 1:
                 logger.warning("%s failed (%s); retrying for up to %g s", what, type(exc).__name__, budget_s)
-            sleep(min(delay, budget_s - waited))
-            delay = min(delay * 2, max_delay_s)
+            sleep(min(backoff.pause(failures), budget_s - waited))
             continue
         if failures:
             logger.info("%s succeeded after %d failures (%.1f s)", what, failures, time.monotonic() - started)

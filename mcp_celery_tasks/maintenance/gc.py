@@ -12,7 +12,7 @@ from collections.abc import Callable
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.backlog.release import BrokerUnavailable, release_and_publish
-from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.errors import BrokerUnreachable, InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
 from mcp_celery_tasks.store.queries import BROKER_DOWN_JOB
@@ -118,10 +118,14 @@ def _sweep(
                 republished += 1
     except BrokerUnavailable:
         logger.warning("the sweeper could not reach the broker", exc_info=True)
+    except BrokerUnreachable:
+        # A re-publish failed: the rows stay stamped, so the next period tries again.
+        store.broker_down(True)
+        logger.warning("the sweeper could not publish", exc_info=True)
     except InfrastructureError:
         raise
     except Exception:
-        # A re-publish failed: the rows stay stamped, so the next period tries again.
+        # A re-publish failed for another reason (the broker refused it): as above.
         store.broker_down(True)
         logger.warning("the sweeper could not publish", exc_info=True)
     if republished:

@@ -10,7 +10,17 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Final, LiteralString
 
-from mcp_celery_tasks.lifecycle import ACTIVE, TERMINAL, guard, sql_list
+from mcp_celery_tasks.lifecycle import (
+    ACTIVE,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    INPUT_REQUIRED,
+    TERMINAL,
+    WORKING,
+    guard,
+    sql_list,
+)
 from mcp_celery_tasks.store.records import ClaimedTask, InputRecord, TaskRecord
 
 __all__ = ["CLAIMED_COLUMNS", "INPUT_COLUMNS", "NOTIFY_CHANNEL", "TASK_COLUMNS"]
@@ -34,8 +44,8 @@ INPUT_COLUMNS: Final = _columns(InputRecord)
 _EXPIRES: Final = "now() + retention_ms * interval '1 millisecond'"
 ACTIVE_SQL: Final = sql_list(ACTIVE)
 TERMINAL_SQL: Final = sql_list(TERMINAL)
-TO_CANCELLED: Final = guard("cancelled")
-TO_FAILED: Final = guard("failed")
+TO_CANCELLED: Final = guard(CANCELLED)
+TO_FAILED: Final = guard(FAILED)
 
 # The row, unless the owner already has ``max_active`` tasks working or waiting for input (the
 # active-tasks quota; NULL: no limit). Concurrent creates may overshoot it by a few: it bounds
@@ -45,7 +55,7 @@ CREATE_TASK: Final[LiteralString] = f"""
 INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, preflight, status, status_message,
     ttl_ms, retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
     client_capabilities, client_info, session_id, log_level)
-SELECT %(task_id)s, %(job_id)s, %(owner)s, %(tool_name)s, %(arguments)s, %(preflight)s, 'working',
+SELECT %(task_id)s, %(job_id)s, %(owner)s, %(tool_name)s, %(arguments)s, %(preflight)s, '{WORKING}',
     %(status_message)s, %(ttl_ms)s, %(retention_ms)s, %(poll_interval_ms)s, %(queue)s,
     %(max_attempts)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s, %(session_id)s,
     %(log_level)s
@@ -93,7 +103,7 @@ WITH prev AS (
     FOR UPDATE
 ), upd AS (
     UPDATE mcp_tasks t
-    SET status = 'cancelled', cancel_requested_at = now(), last_updated_at = now(),
+    SET status = '{CANCELLED}', cancel_requested_at = now(), last_updated_at = now(),
         expires_at = {_EXPIRES}, status_message = %(message)s
     FROM prev
     WHERE t.task_id = prev.task_id AND t.{TO_CANCELLED}
@@ -152,7 +162,7 @@ FROM mcp_tasks WHERE job_id = %(job_id)s
 FAIL_EXHAUSTED: Final[LiteralString] = f"""
 WITH upd AS (
     UPDATE mcp_tasks
-    SET status = 'failed', error = %(error)s, status_message = %(message)s,
+    SET status = '{FAILED}', error = %(error)s, status_message = %(message)s,
         error_kind = %(kind)s, error_message = %(message)s,
         last_updated_at = now(), finished_at = now(), expires_at = {_EXPIRES}, lease_until = NULL
     WHERE job_id = %(job_id)s AND {TO_FAILED}
@@ -240,7 +250,7 @@ FROM mcp_tasks t JOIN j ON t.job_id = j.job_id
 FORCE_FINISH: Final[LiteralString] = f"""
 WITH upd AS (
     UPDATE mcp_tasks
-    SET status = 'completed', result = %(result)s, error = NULL, status_message = NULL,
+    SET status = '{COMPLETED}', result = %(result)s, error = NULL, status_message = NULL,
         error_kind = %(kind)s, error_message = %(message)s, stop_reason = %(reason)s,
         last_updated_at = now(), finished_at = now(), expires_at = {_EXPIRES}, lease_until = NULL
     WHERE task_id = %(task_id)s AND starts_with(worker, %(holder)s) AND status IN {ACTIVE_SQL}
@@ -281,7 +291,7 @@ END_UNATTENDED_STOPS: Final[LiteralString] = f"""
 UPDATE mcp_tasks
 SET finished_at = now(), lease_until = NULL,
     stop_reason = COALESCE(stop_reason, 'nobody was running the job any more')
-WHERE status = 'cancelled' AND finished_at IS NULL
+WHERE status = '{CANCELLED}' AND finished_at IS NULL
   AND (worker IS NULL OR lease_until IS NULL OR {_LEASE_LAPSED})
 RETURNING task_id
 """
@@ -361,7 +371,7 @@ FROM mcp_task_inputs WHERE task_id = %(task_id)s
 OPEN_INPUTS: Final[LiteralString] = f"""
 WITH t AS (
     UPDATE mcp_tasks
-    SET status = 'input_required', inbox = %(inbox)s, last_updated_at = now()
+    SET status = '{INPUT_REQUIRED}', inbox = %(inbox)s, last_updated_at = now()
     -- working -> input_required, or a re-run asking again while the task already waits
     WHERE task_id = %(task_id)s AND worker = %(worker)s AND status IN {ACTIVE_SQL}
     RETURNING task_id
@@ -397,8 +407,8 @@ WITH sup AS (
     WHERE task_id = %(task_id)s AND key = ANY(%(keys)s) AND response IS NULL
     RETURNING key
 ), t AS (
-    UPDATE mcp_tasks SET status = 'working', last_updated_at = now()
-    WHERE task_id = %(task_id)s AND worker = %(worker)s AND status = 'input_required'
+    UPDATE mcp_tasks SET status = '{WORKING}', last_updated_at = now()
+    WHERE task_id = %(task_id)s AND worker = %(worker)s AND status = '{INPUT_REQUIRED}'
       AND NOT EXISTS (SELECT 1 FROM mcp_task_inputs i WHERE i.task_id = %(task_id)s
                       AND i.response IS NULL AND NOT i.superseded AND NOT (i.key = ANY(%(keys)s)))
     RETURNING task_id
@@ -423,13 +433,13 @@ WITH ans AS (
       AND i.key NOT IN (SELECT key FROM ans)
 ), t AS (
     UPDATE mcp_tasks
-    SET status = CASE WHEN (SELECT n FROM remaining) = 0 THEN 'working' ELSE status END,
+    SET status = CASE WHEN (SELECT n FROM remaining) = 0 THEN '{WORKING}' ELSE status END,
         last_updated_at = now()
-    WHERE task_id = %(task_id)s AND status = 'input_required' AND EXISTS (SELECT 1 FROM ans)
+    WHERE task_id = %(task_id)s AND status = '{INPUT_REQUIRED}' AND EXISTS (SELECT 1 FROM ans)
     RETURNING task_id, inbox, status
 )
 SELECT (SELECT count(*) FROM ans) AS answered, t.inbox, t.status,
-       CASE WHEN t.status = 'working' THEN pg_notify('{NOTIFY_CHANNEL}', t.task_id) END AS notified
+       CASE WHEN t.status = '{WORKING}' THEN pg_notify('{NOTIFY_CHANNEL}', t.task_id) END AS notified
 FROM (SELECT 1) AS one LEFT JOIN t ON true
 """
 
@@ -439,7 +449,7 @@ FROM (SELECT 1) AS one LEFT JOIN t ON true
 FAIL_UNDISPATCHED: Final[LiteralString] = f"""
 WITH upd AS (
     UPDATE mcp_tasks
-    SET status = 'failed', error = %(error)s, status_message = %(message)s, last_updated_at = now(),
+    SET status = '{FAILED}', error = %(error)s, status_message = %(message)s, last_updated_at = now(),
         error_kind = 'not_queued', error_message = %(message)s,
         finished_at = now(), expires_at = {_EXPIRES}
     WHERE dispatched_at IS NULL AND {TO_FAILED}

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
-from mcp_celery_tasks.lifecycle import ACTIVE, Status
+from mcp_celery_tasks.lifecycle import ACTIVE, INPUT_REQUIRED, Status
 
 __all__ = [
     "AnswerOutcome",
@@ -180,4 +180,4 @@ class CancelOutcome:
     @property
     def wake_inbox(self) -> str | None:
         """The inbox to wake: a worker blocked on input notices a cancel only when woken."""
-        return self.inbox if self.cancelled_now and self.previous_status == "input_required" else None
+        return self.inbox if self.cancelled_now and self.previous_status == INPUT_REQUIRED else None

@@ -17,6 +17,7 @@ from psycopg.rows import RowFactory, class_row, dict_row
 from psycopg.types.json import Jsonb
 
 from mcp_celery_tasks.errors import InfrastructureError, TooManyWaiting
+from mcp_celery_tasks.lifecycle import ACTIVE
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, admin_queries, backlog, queries, session_queries
 from mcp_celery_tasks.store._conninfo import connect_kwargs
@@ -123,7 +124,7 @@ class WorkerStore:
         if not rows:
             return False
         row = rows[0]
-        return row["status"] in ("working", "input_required") and row["worker"] == worker
+        return row["status"] in ACTIVE and row["worker"] == worker
 
     def report(
         self,
@@ -203,7 +204,7 @@ class WorkerStore:
         if not rows:
             return False, {}
         row = rows[0]
-        mine = row["status"] in ("working", "input_required") and row["worker"] == worker
+        mine = row["status"] in ACTIVE and row["worker"] == worker
         return mine, dict(row["answers"])
 
     def expire_inputs(self, task_id: str, worker: str, keys: Sequence[str]) -> None:

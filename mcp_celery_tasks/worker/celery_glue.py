@@ -9,10 +9,8 @@ redelivery limit.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -39,7 +37,14 @@ from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import WorkerStore
 from mcp_celery_tasks.telemetry import metrics, tracing
 from mcp_celery_tasks.tools.registry import all_tools
-from mcp_celery_tasks.worker.child import catch_stop_signal, die_as_told, soft_limit_signal, stop_requested
+from mcp_celery_tasks.worker.child import (
+    after_fork,
+    catch_stop_signal,
+    die_as_told,
+    signal_soft_limit,
+    stop_requested,
+)
+from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import Telemetry
 from mcp_celery_tasks.worker.runner import JobRunner
 from mcp_celery_tasks.worker.watchdog import RunningJob, Watchdog
@@ -73,9 +78,7 @@ def _after_fork(**_: Any) -> None:
     # parent must be neither used nor closed by the child.
     for store in _stores:
         store.forget_after_fork()
-    # The main process's watchdog signals a job past its soft time limit (SIGUSR2: billiard keeps
-    # SIGUSR1 for Celery's own soft time limits).
-    signal.signal(signal.SIGUSR2, soft_limit_signal)
+    after_fork()
 
 
 def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: str) -> threading.Thread:
@@ -88,10 +91,6 @@ def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: st
 
     def terminate(job_id: str) -> None:
         app.control.revoke(job_id, terminate=True, signal="SIGKILL", destination=[node])
-
-    def signal_soft_limit(pid: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGUSR2)
 
     dog = Watchdog(store, settings, terminate=terminate, signal_soft_limit=signal_soft_limit)
 
@@ -145,22 +144,20 @@ def install(
     app._mcp_store = store  # type: ignore[attr-defined]
     _stores.append(store)
     tracing.configure(settings, "mcp-celery-tasks-worker")
-    runner = JobRunner(store, settings, inbox_factory(app), observer=Telemetry())
+    _add_run_tool(app, JobRunner(store, settings, inbox_factory(app), observer=Telemetry()))
+    _add_beat_jobs(app, store, settings)
+    # The tool modules load when a worker or the API starts, not now: a project's tool module
+    # usually imports its tasks module, which imports this app (and its install call).
+    modules = list(settings.tool_modules if tools is None else tools) if load_tools else []
+    app._mcp_tool_modules = modules  # type: ignore[attr-defined]
+    _on_worker_start(app, store, settings)
+    return store
+
+
+def _add_run_tool(app: Celery, runner: JobRunner) -> None:
+    """The ``run_tool(job_id)`` task: the runner's outcome turned into what Celery does with the
+    message (acknowledge, retry later, or leave it for redelivery)."""
     main_pid = os.getpid()  # a threads or solo pool runs jobs here: no per-job signal to catch
-
-    @signals.worker_ready.connect(weak=False)
-    def _watch(sender: Any = None, **_: Any) -> None:
-        # A prefork worker's main process watches its children; a threads pool has no process
-        # to stop, and its jobs keep their leases from their own process.
-        if getattr(sender, "app", None) is app and isinstance(getattr(sender, "pool", None), PreforkPool):
-            start_watchdog(app, store, settings, sender.hostname)
-
-    if settings.worker_metrics_port:
-        port = settings.worker_metrics_port
-
-        @signals.worker_ready.connect(weak=False)
-        def _serve_metrics(**_: Any) -> None:
-            metrics.serve_worker_metrics(port)
 
     @app.task(
         name=RUN_TOOL,
@@ -192,6 +189,10 @@ def install(
         if outcome.retry_in is not None:
             raise self.retry(countdown=outcome.retry_in, max_retries=None)
 
+
+def _add_beat_jobs(app: Celery, store: WorkerStore, settings: Settings) -> None:
+    """The garbage collector and the sweeper, and their beat schedule (merged into the app's)."""
+
     @app.task(name=COLLECT_GARBAGE, ignore_result=True)
     def collect_garbage() -> int:
         return gc.collect_garbage(store)
@@ -206,10 +207,11 @@ def install(
         )
 
     app.conf.beat_schedule = {**(app.conf.beat_schedule or {}), **beat_schedule(settings)}
-    # The tool modules load when a worker or the API starts, not now: a project's tool module
-    # usually imports its tasks module, which imports this app (and its install call).
-    modules = list(settings.tool_modules if tools is None else tools) if load_tools else []
-    app._mcp_tool_modules = modules  # type: ignore[attr-defined]
+
+
+def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> None:
+    """What a worker of ``app`` does as it starts: load the tools and check their input
+    timeouts (before the pool forks), then watch its children and serve metrics (once ready)."""
 
     @signals.worker_init.connect(weak=False)
     def _before_start(sender: Any = None, **_: Any) -> None:
@@ -217,7 +219,19 @@ def install(
             load_installed_tools(app)  # before the pool forks: children inherit them
             check_input_timeouts(app, settings)
 
-    return store
+    @signals.worker_ready.connect(weak=False)
+    def _watch(sender: Any = None, **_: Any) -> None:
+        # A prefork worker's main process watches its children; a threads pool has no process
+        # to stop, and its jobs keep their leases from their own process.
+        if getattr(sender, "app", None) is app and isinstance(getattr(sender, "pool", None), PreforkPool):
+            start_watchdog(app, store, settings, sender.hostname)
+
+    if settings.worker_metrics_port:
+        port = settings.worker_metrics_port
+
+        @signals.worker_ready.connect(weak=False)
+        def _serve_metrics(**_: Any) -> None:
+            metrics.serve_worker_metrics(port)
 
 
 def check_input_timeouts(app: Celery, settings: Settings) -> None:
@@ -232,7 +246,7 @@ def check_input_timeouts(app: Celery, settings: Settings) -> None:
     if limit is None:
         return
     for spec in all_tools():
-        waits = spec.input_timeout or settings.input_timeout_seconds
+        waits = JobLimits.for_tool(spec, settings).input_timeout_s
         if waits >= limit.seconds:
             raise SystemExit(
                 f"tool {spec.name!r} may wait {waits:.0f} s for input, but the {limit.name} is "

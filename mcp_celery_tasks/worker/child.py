@@ -1,7 +1,10 @@
 """What a pool child knows about itself: its worker identity, the job it runs right now, and the
 signals it gets from outside the job (no Celery here).
 
-- SIGUSR2 from the main process's watchdog: the running job passed its soft time limit.
+- SIGUSR2 from the main process's watchdog: the running job passed its soft time limit
+  (``SOFT_LIMIT_SIGNAL``; billiard keeps SIGUSR1 for Celery's own soft time limits). The child
+  listens from its fork on (``after_fork``); the main process sends it with
+  ``signal_soft_limit``.
 - The pool's termination signal from a cold shutdown (a deploy): SIGTERM, or SIGQUIT under
   ``REMAP_SIGTERM=SIGQUIT``. The running tool gets ``WorkerStopping`` so the runner can give its
   job back; then the handler the pool had installed for that signal runs, and the process ends
@@ -17,20 +20,26 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 from mcp_celery_tasks.worker.runtime import Runtime
 
 __all__ = [
+    "SOFT_LIMIT_SIGNAL",
+    "after_fork",
     "catch_stop_signal",
     "die_as_told",
     "in_job",
     "running_tool",
+    "signal_soft_limit",
     "soft_limit_signal",
     "stop_requested",
     "stop_signal",
     "worker_identity",
 ]
+
+SOFT_LIMIT_SIGNAL: Final = signal.SIGUSR2
+"""From the main process's watchdog to a child: its job passed its soft time limit."""
 
 _IDENTITY: str | None = None
 _IDENTITY_PID: int | None = None
@@ -139,3 +148,16 @@ def soft_limit_signal(signum: int, frame: object) -> None:
     runtime = _CURRENT
     if runtime is not None:
         runtime.soft_limit_signalled()
+
+
+def after_fork() -> None:
+    """In a new pool child: listen for the watchdog's soft-limit signal. (The stop signal is
+    caught per job, ``catch_stop_signal``: the pool sets its handlers after this runs.)"""
+    signal.signal(SOFT_LIMIT_SIGNAL, soft_limit_signal)
+
+
+def signal_soft_limit(pid: int) -> None:
+    """From the main process: tell child ``pid`` its job passed its soft time limit (a child
+    already gone is no one to tell)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, SOFT_LIMIT_SIGNAL)

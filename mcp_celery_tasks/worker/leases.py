@@ -3,8 +3,8 @@
 CPU-bound tools never touch their context, so the lease cannot depend on them: the keeper
 renews each job's lease every third of its length and flushes the job's coalesced status
 message when it is due. A renewal that failed (the database is unreachable) is tried again
-every ``retry_s`` (a second), not a third of a lease later: the lease must be back the moment the database
-is. It tends ``Runtime`` objects and nothing else.
+after ``retry``'s pause (``transient.LEASE_RENEWAL``, a second), not a third of a lease later:
+the lease must be back the moment the database is. It tends ``Runtime`` objects and nothing else.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from mcp_celery_tasks.errors import InfrastructureError, TaskCancelled
+from mcp_celery_tasks.transient import LEASE_RENEWAL, Backoff
 from mcp_celery_tasks.worker.runtime import Runtime
 
 __all__ = ["LeaseKeeper"]
@@ -28,7 +29,8 @@ logger = logging.getLogger("mcp_celery_tasks.leases")
 class _Lease:
     runtime: Runtime
     renewed: float
-    failing: bool = False
+    failures: int = 0
+    """Renewals that failed in a row."""
 
 
 class LeaseKeeper:
@@ -40,12 +42,11 @@ class LeaseKeeper:
 
     TICK_S = 0.25
     RELEASE_WAIT_S = 5.0
-    RETRY_S = 1.0
 
-    def __init__(self, lease_s: float, *, tick_s: float = TICK_S, retry_s: float = RETRY_S) -> None:
+    def __init__(self, lease_s: float, *, tick_s: float = TICK_S, retry: Backoff = LEASE_RENEWAL) -> None:
         self._lease_s = lease_s
         self._tick_s = tick_s
-        self._retry_s = retry_s
+        self._retry = retry
         self._pid: int | None = None  # the process whose thread this is (a fork has none)
 
     def _start(self) -> None:
@@ -91,16 +92,17 @@ class LeaseKeeper:
             with contextlib.suppress(InfrastructureError):
                 lease.runtime.flush_if_due()
             now = time.monotonic()
-            if now - lease.renewed >= (self._retry_s if lease.failing else renew_every):
+            due = self._retry.pause(lease.failures) if lease.failures else renew_every
+            if now - lease.renewed >= due:
                 lease.renewed = now
                 try:
                     lease.runtime.renew_lease(self._lease_s)
                 except InfrastructureError:
-                    if not lease.failing:
+                    if not lease.failures:
                         logger.warning("lease renewal failed for job %s; retrying", lease.runtime.job_id)
-                    lease.failing = True
+                    lease.failures += 1
                 else:
-                    lease.failing = False
+                    lease.failures = 0
         except (Exception, TaskCancelled):
             # Never let one job's failure stop the thread that keeps every later job's lease. A
             # cancel is the job thread's to notice (the runtime marks itself lost; nothing here

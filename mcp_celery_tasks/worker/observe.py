@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
+from mcp_celery_tasks.lifecycle import CANCELLED
 from mcp_celery_tasks.store.records import ClaimedTask
 from mcp_celery_tasks.telemetry import metrics, tracing
 
@@ -92,11 +93,11 @@ class Telemetry(JobObserver):
         metrics.task_run_seconds.labels(job.tool_name, job.queue).observe(elapsed)
 
     def on_finished(self, job: ClaimedTask, worker: str, outcome: str, elapsed: float) -> None:
-        if outcome in ("cancelled", "superseded"):
+        if outcome in (CANCELLED, "superseded"):
             # Either way the job stopped because the task was no longer its to finish.
             metrics.cancels_effective.labels(job.tool_name).inc()
-            metrics.tasks_finished.labels(job.tool_name, "cancelled").inc()
-            if outcome == "cancelled":
+            metrics.tasks_finished.labels(job.tool_name, CANCELLED).inc()
+            if outcome == CANCELLED:
                 job_log.info("job %s stopped after cancel (%.3fs)", job.job_id, elapsed)
             return
         metrics.tasks_finished.labels(job.tool_name, outcome).inc()

@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from mcp_types import jsonrpc as codes
 
+from mcp_celery_tasks import lifecycle
 from mcp_celery_tasks.errors import InputNotSupported, InputTimedOut, SoftTimeLimitExceeded, ToolError
 
 __all__ = [
@@ -49,12 +50,12 @@ class Outcome:
     @property
     def label(self) -> str:
         """The outcome as metrics and logs name it: a tool error is not a plain completion."""
-        if self.status == "completed" and self.result is not None and self.result.get("isError"):
+        if self.status == lifecycle.COMPLETED and self.result is not None and self.result.get("isError"):
             return "tool_error"
         return self.status
 
 
-CANCELLED: Final = Outcome("cancelled")
+CANCELLED: Final = Outcome(lifecycle.CANCELLED)
 RETRY: Final = Outcome("retry")
 STOPPING: Final = Outcome("stopping")
 """The worker process is being stopped: the job is given back and the process dies."""

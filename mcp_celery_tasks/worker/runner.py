@@ -37,14 +37,16 @@ from mcp_celery_tasks.errors import (
     ToolError,
     WorkerStopping,
 )
+from mcp_celery_tasks.lifecycle import ACTIVE, COMPLETED, FAILED
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
 from mcp_celery_tasks.tools.context import TaskContext, bind
 from mcp_celery_tasks.tools.registry import ToolSpec, get_tool
 from mcp_celery_tasks.tools.results import error_result, to_call_tool_result
-from mcp_celery_tasks.transient import OutageTooLong, ride_out
+from mcp_celery_tasks.transient import OUTCOME_WRITE, REQUEUE, Backoff, OutageTooLong, ride_out
 from mcp_celery_tasks.worker.child import in_job, running_tool, worker_identity
 from mcp_celery_tasks.worker.leases import LeaseKeeper
+from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import SILENT, JobObserver
 from mcp_celery_tasks.worker.outcomes import (
     CANCELLED,
@@ -94,8 +96,8 @@ class JobStore(RuntimeStore, Protocol):
 class JobRunner:
     """Runs one job to an outcome written on its row."""
 
-    RECORD_RETRY_DELAY_S = 0.5
-    """The first pause of the outcome write's retry loop; it doubles up to five seconds."""
+    RECORD_BACKOFF: Backoff = OUTCOME_WRITE
+    """The pauses between tries of the outcome write."""
     GIVE_BACK_BUDGET_S = 3.0
     """How long a stopping process tries to give its job back (it is being killed meanwhile)."""
 
@@ -130,10 +132,11 @@ class JobRunner:
             spec = get_tool(job.tool_name)
             if spec is None:
                 return self._refuse(job, me, f"Tool {job.tool_name!r} is not available on this worker")
-            runtime = self._runtime(job, me)
+            limits = JobLimits.for_tool(spec, self._settings)
+            runtime = self._runtime(job, me, limits)
             started = time.monotonic()
             with self._leased(runtime):
-                outcome = self._run(spec, job, runtime)
+                outcome = self._run(spec, job, runtime, limits)
                 elapsed = time.monotonic() - started
                 if outcome.status in (RETRY.status, STOPPING.status):
                     return self._give_back(job, me, outcome)
@@ -159,7 +162,7 @@ class JobRunner:
 
     def _not_claimed(self, job_id: str) -> JobOutcome:
         state = self._store.job_state(job_id)
-        if state is None or state["status"] not in ("working", "input_required"):
+        if state is None or state["status"] not in ACTIVE:
             return JobOutcome("skipped")  # deleted, finished or cancelled: nothing to run
         if state["lease_left_s"] and state["lease_left_s"] > 0:
             # Someone alive holds it (a duplicate delivery): come back when the lease would end.
@@ -168,7 +171,7 @@ class JobRunner:
             attempts = state["attempts"]
             message = f"The job was started {attempts} times without finishing; giving up"
             self._store.fail_exhausted(job_id, {"code": codes.INTERNAL_ERROR, "message": message}, message)
-            return JobOutcome("failed")
+            return JobOutcome(FAILED)
         if state.get("redeliveries", 0) >= self._settings.max_redeliveries:
             times = state["redeliveries"]
             message = (
@@ -177,19 +180,19 @@ class JobRunner:
             )
             error = {"code": codes.INTERNAL_ERROR, "message": message}
             self._store.fail_exhausted(job_id, error, message, "redeliveries_exhausted")
-            return JobOutcome("failed")
+            return JobOutcome(FAILED)
         return JobOutcome("skipped")
 
     def _refuse(self, job: ClaimedTask, me: str, message: str) -> JobOutcome:
         """Fail a claimed job this worker cannot run (its tool is not loaded here)."""
         self._finish_with_retries(
-            job, me, Outcome("failed", error={"code": codes.INTERNAL_ERROR, "message": message})
+            job, me, Outcome(FAILED, error={"code": codes.INTERNAL_ERROR, "message": message})
         )
-        return JobOutcome("failed")
+        return JobOutcome(FAILED)
 
     # ---- lease -----------------------------------------------------------------------------------
 
-    def _runtime(self, job: ClaimedTask, me: str) -> Runtime:
+    def _runtime(self, job: ClaimedTask, me: str, limits: JobLimits) -> Runtime:
         return Runtime(
             self._store,
             task_id=job.task_id,
@@ -201,13 +204,9 @@ class JobRunner:
             check_interval_s=self._settings.cancel_check_interval_seconds,
             max_status_chars=self._settings.max_status_message_chars,
             observer=self._observer,
-            soft_limit_s=self._soft_limit(job),
+            limits=limits,
             outage_budget_s=self._settings.outage_budget_seconds,
         )
-
-    def _soft_limit(self, job: ClaimedTask) -> float | None:
-        spec = get_tool(job.tool_name)
-        return (spec.soft_time_limit if spec else None) or self._settings.tool_soft_time_limit_seconds
 
     @contextlib.contextmanager
     def _leased(self, runtime: Runtime) -> Iterator[None]:
@@ -220,21 +219,19 @@ class JobRunner:
 
     # ---- run -------------------------------------------------------------------------------------
 
-    def _run(self, spec: ToolSpec, job: ClaimedTask, runtime: Runtime) -> Outcome:
+    def _run(self, spec: ToolSpec, job: ClaimedTask, runtime: Runtime, limits: JobLimits) -> Outcome:
         """Call the tool and map what it returned or raised to an outcome.
 
         One of the two places allowed ``except Exception``: tool code is not ours. A cancel is
         a ``BaseException`` and is caught by name, before anything broad.
         """
-        ctx = self._context(spec, job, runtime)
+        ctx = self._context(job, runtime, limits)
         try:
             with bind(ctx), running_tool(runtime):
                 value = _call(spec, ctx, job.arguments)
-            return Outcome("completed", result=self._bounded(to_call_tool_result(value)))
+            return Outcome(COMPLETED, result=self._bounded(to_call_tool_result(value)))
         except _TooLarge as exc:
-            return Outcome(
-                "completed", result=error_result(str(exc)), kind="result_too_large", detail=str(exc)
-            )
+            return Outcome(COMPLETED, result=error_result(str(exc)), kind="result_too_large", detail=str(exc))
         except TaskCancelled:
             return CANCELLED
         except WorkerStopping:
@@ -242,7 +239,7 @@ class JobRunner:
         except ToolError as exc:
             said = str(exc) or type(exc).__name__
             return Outcome(
-                "completed",
+                COMPLETED,
                 result=error_result(said),
                 error=missing_capability(exc),
                 kind=tool_error_kind(exc),
@@ -250,14 +247,14 @@ class JobRunner:
             )
         except McpError as exc:
             return Outcome(
-                "failed", error=exc.to_error(), message=exc.message, kind="mcp_error", detail=exc.message
+                FAILED, error=exc.to_error(), message=exc.message, kind="mcp_error", detail=exc.message
             )
         except OutageTooLong as exc:
             budget = self._settings.outage_budget_seconds
             message = f"The task's database or broker stayed unreachable past the {budget:g} s outage budget"
             logger.error("job %s: %s (%s)", job.job_id, message, exc)
             return Outcome(
-                "failed",
+                FAILED,
                 error={"code": codes.INTERNAL_ERROR, "message": message},
                 message=message,
                 kind="infrastructure",
@@ -271,7 +268,7 @@ class JobRunner:
         except Exception as exc:
             logger.exception("tool %s raised in job %s", spec.name, job.job_id)
             return Outcome(
-                "completed",
+                COMPLETED,
                 result=error_result(
                     f"The tool {spec.name!r} failed with an unexpected error. "
                     f"Ask the operator to look up job {job.job_id} in the worker log."
@@ -280,12 +277,9 @@ class JobRunner:
                 detail=f"{type(exc).__name__}: {exc}"[:MAX_DETAIL_CHARS],
             )
 
-    def _context(self, spec: ToolSpec, job: ClaimedTask, runtime: Runtime) -> TaskContext:
-        waits = spec.input_timeout or self._settings.input_timeout_seconds
+    def _context(self, job: ClaimedTask, runtime: Runtime, limits: JobLimits) -> TaskContext:
         extensions = job.client_capabilities.get("extensions") or {}
-        if TASKS_EXTENSION not in extensions:
-            # A synchronous call asks through MRTR: if the client does not retry soon, it left.
-            waits = min(waits, self._settings.sync_input_timeout_seconds)
+        waits = limits.input_wait_s(task_augmented=TASKS_EXTENSION in extensions)
         return TaskContext(
             task_id=job.task_id,
             job_id=job.job_id,
@@ -326,7 +320,7 @@ class JobRunner:
             logger.info("job %s given back (%s)", job.job_id, outcome.status)
         if outcome is STOPPING:
             return JobOutcome("stopping")
-        return JobOutcome("infrastructure", retry_in=min(60.0, 2.0 ** min(job.attempts, 6)))
+        return JobOutcome("infrastructure", retry_in=REQUEUE.pause(job.attempts + 1))
 
     # ---- record ----------------------------------------------------------------------------------
 
@@ -348,26 +342,25 @@ class JobRunner:
     def _finish_with_retries(self, job: ClaimedTask, me: str, outcome: Outcome) -> bool:
         """Record the outcome, riding out a database failover: the work is done and must not be
         redone, so keep trying for ``finish_retry_seconds`` (the fence makes a late write safe)."""
-        deadline = time.monotonic() + self._settings.finish_retry_seconds
-        delay = self.RECORD_RETRY_DELAY_S
-        while True:
-            try:
-                return self._store.finish(
-                    job.task_id,
-                    me,
-                    outcome.status,
-                    result=outcome.result,
-                    error=outcome.error,
-                    message=outcome.message,
-                    error_kind=outcome.kind,
-                    error_message=outcome.detail,
-                )
-            except InfrastructureError:
-                if time.monotonic() + delay > deadline:
-                    raise
-                logger.warning("could not record the outcome of job %s; retrying", job.job_id)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+
+        def finish() -> bool:
+            return self._store.finish(
+                job.task_id,
+                me,
+                outcome.status,
+                result=outcome.result,
+                error=outcome.error,
+                message=outcome.message,
+                error_kind=outcome.kind,
+                error_message=outcome.detail,
+            )
+
+        return ride_out(
+            finish,
+            budget_s=self._settings.finish_retry_seconds,
+            what=f"recording the outcome of job {job.job_id}",
+            backoff=self.RECORD_BACKOFF,
+        )
 
     def _mark_stopped(self, job: ClaimedTask, me: str) -> None:
         try:

@@ -21,13 +21,15 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 from mcp_celery_tasks.errors import (
+    InfrastructureError,
     InputTimedOut,
     SoftTimeLimitExceeded,
     TaskCancelled,
     WorkerStopping,
 )
 from mcp_celery_tasks.store.records import InputRecord
-from mcp_celery_tasks.transient import OutageTooLong, is_infrastructure, ride_out
+from mcp_celery_tasks.transient import OUTAGE, Backoff, OutageTooLong, ride_out
+from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import SILENT, JobObserver
 from mcp_celery_tasks.worker.replay import Requests, plan_ask
 
@@ -80,7 +82,8 @@ class RuntimeStore(Protocol):
 
 
 class InboxWaiter(Protocol):
-    """The process's inbox as a waiting job sees it (``channel.Inbox`` in production)."""
+    """The process's inbox as a waiting job sees it (``channel.Inbox`` in production). A broker
+    failure comes out of ``declare`` and ``wait`` as an ``InfrastructureError``."""
 
     name: str
 
@@ -109,9 +112,9 @@ class Runtime:
         check_interval_s: float = 0.2,
         max_status_chars: int = 1024,
         observer: JobObserver = SILENT,
-        soft_limit_s: float | None = None,
+        limits: JobLimits | None = None,
         outage_budget_s: float = 120.0,
-        outage_first_pause_s: float = 0.2,
+        outage_backoff: Backoff = OUTAGE,
         inbox_down_poll_s: float = _POLL_S,
     ) -> None:
         self.task_id = task_id
@@ -129,14 +132,14 @@ class Runtime:
         self._last_write = 0.0
         self._last_check = 0.0
         self._lost = False
-        self._soft_limit_s = soft_limit_s
+        self._soft_limit_s = limits.soft_time_limit_s if limits else None  # None: no limits at all
         self._started = time.monotonic()
         self._waited = 0.0
         self._soft_raised = False
         self._main_busy = 0  # our own store calls (or an input wait) under way in the job's thread
         self._store_calls = 0  # our own store calls under way in the job's thread (never interrupted)
         self._outage_budget_s = outage_budget_s
-        self._outage_first_pause_s = outage_first_pause_s
+        self._outage_backoff = outage_backoff
         self._inbox_down_poll_s = inbox_down_poll_s
         self._stopping = False
         self._tool_done = False  # past the tool: the outcome is recorded whatever the signal
@@ -224,7 +227,7 @@ class Runtime:
                     call,
                     budget_s=self._outage_budget_s,
                     what=what,
-                    first_delay_s=self._outage_first_pause_s,
+                    backoff=self._outage_backoff,
                     stop=self._interrupted,
                 )
         except OutageTooLong:
@@ -259,9 +262,8 @@ class Runtime:
             try:
                 with self._uninterrupted():
                     mine = self._store.still_mine(self.task_id, self.worker)
-            except Exception as exc:
-                if not is_infrastructure(exc):
-                    raise
+            except InfrastructureError:
+                pass  # an unreadable row is not a cancel
             else:
                 self._lost = self._lost or not mine
         return self._lost
@@ -304,11 +306,10 @@ class Runtime:
 
         try:
             mine = self._store_call(write, "a status report") if ride else write()
-        except Exception as exc:
-            if is_infrastructure(exc):
-                with self._lock:  # not lost: the next flush writes it, unless a newer one came
-                    if self._pending is None:
-                        self._pending = pending
+        except InfrastructureError:
+            with self._lock:  # not lost: the next flush writes it, unless a newer one came
+                if self._pending is None:
+                    self._pending = pending
             raise
         if not mine:
             self.mark_lost()
@@ -319,9 +320,8 @@ class Runtime:
         try:
             with self._busy():
                 self._store.log(self.task_id, self.worker, level, logger, data, max_logs)
-        except Exception as exc:  # best effort: an outage drops the line (the worker log has it)
-            if not is_infrastructure(exc):
-                raise
+        except InfrastructureError:  # best effort: an outage drops the line (the worker log has it)
+            pass
 
     def flush_if_due(self) -> None:
         """Write a pending message whose interval has passed (the lease thread calls this: one
@@ -369,9 +369,7 @@ class Runtime:
         consumer declares it again, and the waiter re-reads its row every few seconds anyway."""
         try:
             inbox.declare()
-        except Exception as exc:
-            if not is_infrastructure(exc):
-                raise
+        except InfrastructureError as exc:
             self._note_inbox_down(exc)
 
     def _note_inbox_down(self, exc: BaseException) -> None:
@@ -379,7 +377,7 @@ class Runtime:
             logger.warning(
                 "job %s: the broker is unreachable (%s); waiting for input by reading the row",
                 self.job_id,
-                type(exc).__name__,
+                type(exc.__cause__ or exc).__name__,  # the transport's own error
             )
         self._inbox_down = True
 
@@ -409,9 +407,7 @@ class Runtime:
             try:
                 inbox.wait(self.task_id, slice_s)
                 self._inbox_down = False
-            except Exception as exc:
+            except InfrastructureError as exc:
                 # A lost wake-up costs latency only: poll the row until the broker is back.
-                if not is_infrastructure(exc):
-                    raise
                 self._note_inbox_down(exc)
                 time.sleep(max(0.0, min(self._inbox_down_poll_s, slice_s - (time.monotonic() - started))))

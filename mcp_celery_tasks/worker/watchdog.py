@@ -30,10 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.lifecycle import ACTIVE, WORKING
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.telemetry import metrics
 from mcp_celery_tasks.tools.registry import get_tool
 from mcp_celery_tasks.tools.results import error_result
+from mcp_celery_tasks.worker.limits import JobLimits
 
 __all__ = ["RunningJob", "WatchStore", "Watchdog", "holder_of", "process_state", "rss_bytes"]
 
@@ -75,6 +77,7 @@ class _Track:
     seen_ours: bool = False
     soft_sent: bool = False
     stopping: bool = False
+    limits: JobLimits | None = None
 
 
 def holder_of(pid: int, hostname: str | None = None) -> str:
@@ -145,15 +148,18 @@ class Watchdog:
 
     def _look_at(self, job: RunningJob, row: dict[str, Any], track: _Track, now: float) -> None:
         elapsed, track.last_seen = now - track.last_seen, now
-        active = row["status"] in ("working", "input_required")
+        if track.limits is None:  # resolved once per job and child
+            track.limits = JobLimits.for_tool(get_tool(row["tool_name"]), self._settings)
+        limits = track.limits
+        active = row["status"] in ACTIVE
         if row["ours"] and active:
             track.seen_ours = True
-            if row["status"] == "working":
+            if row["status"] == WORKING:
                 track.run_s += elapsed  # waiting for input does not count against the time limit
-            self._check_limits(job, row, track)
+            self._check_limits(job, row, track, limits)
         elif row["ours"] and not row["finished"] and row["cancelled_for_s"] is not None:
-            if row["cancelled_for_s"] >= self._settings.cancel_grace_seconds and not track.stopping:
-                grace = self._settings.cancel_grace_seconds
+            if row["cancelled_for_s"] >= limits.cancel_grace_s and not track.stopping:
+                grace = limits.cancel_grace_s
                 reason = f"did not stop within {grace:g} s of the cancel; its process was terminated"
                 self._stop(job, row, track, "cancel", reason, write=lambda: self._store.force_stopped(
                     row["task_id"], holder_of(job.pid, self._hostname), reason))  # fmt: skip
@@ -163,12 +169,8 @@ class Watchdog:
             # or cut off from the database past its lease): it must not finish it too.
             self._stop(job, row, track, "lease_lost", "its lease was taken over by another worker")
 
-    def _check_limits(self, job: RunningJob, row: dict[str, Any], track: _Track) -> None:
-        spec = get_tool(row["tool_name"])
-        settings = self._settings
-        hard = (spec.time_limit if spec else None) or settings.tool_time_limit_seconds
-        soft = (spec.soft_time_limit if spec else None) or settings.tool_soft_time_limit_seconds
-        memory_mb = (spec.memory_limit_mb if spec else None) or settings.tool_memory_limit_mb
+    def _check_limits(self, job: RunningJob, row: dict[str, Any], track: _Track, limits: JobLimits) -> None:
+        hard, soft, memory_mb = limits.time_limit_s, limits.soft_time_limit_s, limits.memory_limit_mb
         tool = row["tool_name"]
         if memory_mb and not track.stopping:
             used = rss_bytes(job.pid)

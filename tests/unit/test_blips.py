@@ -14,7 +14,16 @@ import redis.exceptions
 import sqlalchemy.exc
 
 from mcp_celery_tasks.errors import InfrastructureError, ToolError
-from mcp_celery_tasks.transient import OutageTooLong, is_infrastructure, ride_out
+from mcp_celery_tasks.transient import (
+    LEASE_RENEWAL,
+    OUTAGE,
+    OUTCOME_WRITE,
+    REQUEUE,
+    Backoff,
+    OutageTooLong,
+    is_infrastructure,
+    ride_out,
+)
 
 
 def _chained(outer: BaseException, cause: BaseException) -> BaseException:
@@ -97,9 +106,7 @@ class Flaky:
 def test_ride_out_retries_an_infrastructure_error_with_doubling_pauses() -> None:
     pauses: list[float] = []
     call = Flaky(4, redis.exceptions.ConnectionError("down"))
-    assert (
-        ride_out(call, budget_s=60, what="x", first_delay_s=0.1, max_delay_s=0.5, sleep=pauses.append) == "ok"
-    )
+    assert ride_out(call, budget_s=60, what="x", backoff=Backoff(0.1, 0.5), sleep=pauses.append) == "ok"
     assert call.calls == 5 and pauses == [0.1, 0.2, 0.4, 0.5]
 
 
@@ -113,7 +120,7 @@ def test_ride_out_lets_any_other_error_through_at_once() -> None:
 def test_ride_out_gives_up_past_the_budget_with_the_cause_attached() -> None:
     call = Flaky(1000, psycopg.OperationalError("down"))
     with pytest.raises(OutageTooLong) as raised:
-        ride_out(call, budget_s=0.1, what="a status report", first_delay_s=0.02, max_delay_s=0.02)
+        ride_out(call, budget_s=0.1, what="a status report", backoff=Backoff(0.02, 0.02))
     assert isinstance(raised.value, InfrastructureError)
     assert isinstance(raised.value.__cause__, psycopg.OperationalError)
     assert "a status report" in str(raised.value)
@@ -125,3 +132,14 @@ def test_ride_out_stops_retrying_when_told_to() -> None:
     with pytest.raises(OutageTooLong):
         ride_out(call, budget_s=60, what="x", stop=lambda: call.calls >= 2, sleep=lambda _: None)
     assert call.calls == 2
+
+
+def test_the_retry_policies_keep_their_timings() -> None:
+    def pauses(backoff: Backoff, n: int) -> list[float]:
+        return [backoff.pause(failures) for failures in range(1, n + 1)]
+
+    assert pauses(OUTAGE, 7) == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    assert pauses(OUTCOME_WRITE, 5) == [0.5, 1.0, 2.0, 4.0, 5.0]
+    assert pauses(REQUEUE, 8) == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+    assert pauses(LEASE_RENEWAL, 3) == [1.0, 1.0, 1.0]
+    assert REQUEUE.pause(10**6) == 60.0  # no overflow, however many failures

@@ -10,6 +10,7 @@ from celery import Celery
 
 from mcp_celery_tasks import TaskContext, tool
 from mcp_celery_tasks.broker.celery_app import create_app
+from mcp_celery_tasks.broker.channel import Inbox, broker_call, publish_job
 from mcp_celery_tasks.broker.profiles import (
     BrokerProfile,
     RabbitMQProfile,
@@ -17,6 +18,7 @@ from mcp_celery_tasks.broker.profiles import (
     RedisProfile,
     profile_for,
 )
+from mcp_celery_tasks.errors import BrokerUnreachable, InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.worker.celery_glue import check_input_timeouts
 
@@ -129,3 +131,21 @@ def test_queue_depth_counts_waiting_messages_and_a_missing_queue_holds_none() ->
         queue.put({"n": 2})
         assert profile.queue_depth(app, "unit.depth") == 2
         queue.close()
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "amqp://guest:guest@127.0.0.1:1//"])
+def test_a_broker_nobody_listens_on_comes_out_as_our_broker_error(url: str) -> None:
+    # A real transport against a port nothing listens on: the driver's own error, wrapped.
+    app = Celery("down", broker=url, set_as_current=False)
+    inbox = Inbox(app, "mcp.inbox.unit.down")
+    for call in (inbox.declare, lambda: inbox.wait("t", 0.1), lambda: publish_job(app, "j", "unit.q")):
+        with pytest.raises(BrokerUnreachable) as raised:
+            call()
+        assert raised.value.__cause__ is not None
+        assert not isinstance(raised.value.__cause__, BrokerUnreachable)
+        assert isinstance(raised.value, InfrastructureError)
+
+
+def test_a_broker_call_lets_our_own_bugs_through() -> None:
+    with pytest.raises(KeyError), broker_call("a bug"):
+        raise KeyError("not the broker's")

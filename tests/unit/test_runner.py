@@ -5,6 +5,7 @@ tests run the same runner inside a real prefork worker."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -12,10 +13,11 @@ from typing import Any
 import pytest
 
 from mcp_celery_tasks import McpError, TaskCancelled, TaskContext, ToolError, tool
-from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.errors import TASKS_EXTENSION, InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
 from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, Row
+from mcp_celery_tasks.transient import Backoff
 from mcp_celery_tasks.worker.observe import JobObserver
 from mcp_celery_tasks.worker.runner import JobRunner, worker_identity
 
@@ -117,6 +119,30 @@ async def _async_cancelled(ctx: TaskContext) -> str:
     return "unreachable"
 
 
+def _loop_at_checkpoints(ctx: TaskContext) -> str:
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        ctx.raise_if_cancelled()
+        time.sleep(0.005)
+    return "never stopped"
+
+
+@tool(name=PREFIX + "own_soft_limit", soft_time_limit=0.05)
+def _own_soft_limit(ctx: TaskContext) -> str:
+    return _loop_at_checkpoints(ctx)
+
+
+@tool(name=PREFIX + "loops")
+def _loops(ctx: TaskContext) -> str:
+    return _loop_at_checkpoints(ctx)
+
+
+@tool(name=PREFIX + "asks", input_timeout=0.5)
+def _asks(ctx: TaskContext) -> str:
+    ctx.elicit("Sure?", {"type": "object", "properties": {"ok": {"type": "boolean"}}})
+    return "answered"
+
+
 # ---- fixtures -------------------------------------------------------------------------------------
 
 
@@ -170,7 +196,7 @@ def make_runner(store: MemoryStore, observer: Recorder, **settings: Any) -> JobR
         lambda: MemoryInbox(),
         observer=observer,
     )
-    runner.RECORD_RETRY_DELAY_S = 0.001
+    runner.RECORD_BACKOFF = Backoff(0.001, 0.001)
     return runner
 
 
@@ -409,3 +435,45 @@ def test_an_outcome_write_that_finds_the_row_taken_is_superseded(
     assert runner.run(row.job_id).status == "superseded"
     assert row.status == "working" and row.result is None and not row.finished
     assert observer.outcome == "superseded"
+
+
+# ---- limits ----------------------------------------------------------------------------------------
+
+
+def test_a_tools_own_soft_time_limit_reaches_its_checkpoints(store: MemoryStore, observer: Recorder) -> None:
+    status, row, _ = run(store, observer, "own_soft_limit", tool_soft_time_limit_seconds=None)
+    assert status == "completed" and row.error_kind == "soft_time_limit"
+    assert "soft time limit of 0.05 s" in text_of(row)
+
+
+def test_the_settings_soft_time_limit_applies_to_a_tool_without_one(
+    store: MemoryStore, observer: Recorder
+) -> None:
+    status, row, _ = run(store, observer, "loops", tool_soft_time_limit_seconds=0.05)
+    assert status == "completed" and row.error_kind == "soft_time_limit"
+    assert "soft time limit of 0.05 s" in text_of(row)
+
+
+def asks(store: MemoryStore, observer: Recorder, extensions: dict[str, Any]) -> tuple[Row, float]:
+    """Run the ``asks`` tool (its own input timeout: 0.5 s) unanswered; the row and how long it took."""
+    row = store.add(PREFIX + "asks", client_capabilities={"elicitation": {}, "extensions": extensions})
+    runner = make_runner(store, observer, sync_input_timeout_seconds=0.05, input_timeout_seconds=60.0)
+    started = time.monotonic()
+    assert runner.run(row.job_id).status == "completed"
+    return row, time.monotonic() - started
+
+
+def test_a_task_augmented_input_request_waits_the_tools_own_timeout(
+    store: MemoryStore, observer: Recorder
+) -> None:
+    row, took = asks(store, observer, {TASKS_EXTENSION: {}})
+    assert row.error_kind == "input_timeout"
+    assert 0.5 <= took < 5.0  # neither the 0.05 s sync cap nor the 60 s setting
+
+
+def test_a_synchronous_calls_input_request_is_capped_by_the_sync_timeout(
+    store: MemoryStore, observer: Recorder
+) -> None:
+    row, took = asks(store, observer, {})
+    assert row.error_kind == "input_timeout"
+    assert took < 0.5  # the 0.05 s cap, not the tool's 0.5 s

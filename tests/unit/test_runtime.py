@@ -12,6 +12,7 @@ from mcp_celery_tasks.errors import InputTimedOut
 from mcp_celery_tasks.store.records import InputRecord
 from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, Row
 from mcp_celery_tasks.tools.inputs import ELICIT, elicit_params, params_hash
+from mcp_celery_tasks.transient import Backoff
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.runtime import Runtime
 from tests.support import wait_until
@@ -229,7 +230,7 @@ def test_the_lease_thread_renews_and_flushes_until_released() -> None:
     store = MemoryStore()
     row = claimed_row(store)
     runtime = runtime_for(store, row, report_interval_s=0.05)
-    keeper = LeaseKeeper(lease_s=0.3, tick_s=0.02, retry_s=0.05)
+    keeper = LeaseKeeper(lease_s=0.3, tick_s=0.02, retry=Backoff(0.05, 0.05))
     first_lease = row.lease_until
     assert first_lease is not None
     runtime.report("one")
@@ -247,7 +248,7 @@ def test_the_lease_thread_marks_a_runtime_lost_when_its_renewal_is_refused() -> 
     store = MemoryStore()
     row = claimed_row(store)
     runtime = runtime_for(store, row)
-    keeper = LeaseKeeper(lease_s=0.3, tick_s=0.02, retry_s=0.05)
+    keeper = LeaseKeeper(lease_s=0.3, tick_s=0.02, retry=Backoff(0.05, 0.05))
     keeper.watch(runtime)
     try:
         store.cancel(row.task_id)
@@ -260,7 +261,7 @@ def test_the_lease_thread_survives_a_database_outage() -> None:
     store = MemoryStore()
     row = claimed_row(store)
     runtime = runtime_for(store, row)
-    keeper = LeaseKeeper(lease_s=0.3, tick_s=0.02, retry_s=0.05)
+    keeper = LeaseKeeper(lease_s=0.3, tick_s=0.02, retry=Backoff(0.05, 0.05))
     store.fail("renew_lease", times=2)
     keeper.watch(runtime)
     try:

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import redis.exceptions
 
-from mcp_celery_tasks.errors import InfrastructureError, WorkerStopping
+from mcp_celery_tasks.errors import BrokerUnreachable, InfrastructureError, WorkerStopping
 from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, answer_everything
-from mcp_celery_tasks.transient import OutageTooLong
+from mcp_celery_tasks.transient import LEASE_RENEWAL, Backoff, OutageTooLong
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.runtime import Runtime
 from tests.support import wait_until
@@ -23,7 +23,7 @@ from tests.unit.test_runtime import ACCEPT, ME, claimed_row, question, runtime_f
 def test_a_report_during_a_database_blip_lands_and_the_tool_never_sees_it() -> None:
     store = MemoryStore()
     row = claimed_row(store)
-    runtime = runtime_for(store, row, outage_first_pause_s=0.01)
+    runtime = runtime_for(store, row, outage_backoff=Backoff(0.01, 5.0))
     store.fail("report", 2)
     runtime.report("step 1")  # no exception: retried inside the runtime
     assert row.status_message == "step 1" and store.calls.count("report") == 3
@@ -33,7 +33,7 @@ def test_every_read_and_write_of_an_input_wait_rides_out_a_blip() -> None:
     store = MemoryStore()
     row = claimed_row(store)
     runtime = runtime_for(
-        store, row, MemoryInbox(answer_everything(store, ACCEPT)), outage_first_pause_s=0.01
+        store, row, MemoryInbox(answer_everything(store, ACCEPT)), outage_backoff=Backoff(0.01, 5.0)
     )
     for method in ("all_inputs", "open_inputs", "input_state"):
         store.fail(method, 1)
@@ -43,15 +43,18 @@ def test_every_read_and_write_of_an_input_wait_rides_out_a_blip() -> None:
 
 
 class DeadBroker(MemoryInbox):
-    """An inbox whose broker is down: declare and wait raise what redis-py raises."""
+    """An inbox whose broker is down: declare and wait raise what ``channel.Inbox`` raises (the
+    redis-py error wrapped; tests/unit/test_broker.py checks the real one)."""
 
     def declare(self) -> None:
         self.declared += 1
-        raise redis.exceptions.ConnectionError("Error 111 connecting to redis. Connection refused.")
+        cause = redis.exceptions.ConnectionError("Error 111 connecting to redis. Connection refused.")
+        raise BrokerUnreachable("the broker failed (declaring)") from cause
 
     def wait(self, task_id: str, timeout_s: float) -> bool:
         self.waits += 1
-        raise redis.exceptions.ConnectionError("Connection closed by server.")
+        cause = redis.exceptions.ConnectionError("Connection closed by server.")
+        raise BrokerUnreachable("the broker failed (waiting)") from cause
 
 
 def test_an_unreachable_broker_turns_an_input_wait_into_polling_the_row() -> None:
@@ -78,7 +81,7 @@ def test_an_unreachable_broker_turns_an_input_wait_into_polling_the_row() -> Non
 def test_an_outage_past_the_budget_ends_in_outage_too_long() -> None:
     store = MemoryStore()
     row = claimed_row(store)
-    runtime = runtime_for(store, row, outage_budget_s=0.2, outage_first_pause_s=0.02)
+    runtime = runtime_for(store, row, outage_budget_s=0.2, outage_backoff=Backoff(0.02, 5.0))
     store.fail("report", 1000)
     started = time.monotonic()
     with pytest.raises(OutageTooLong):
@@ -139,11 +142,13 @@ def test_a_stop_signal_in_tool_code_raises_at_once() -> None:
 
 
 def test_the_lease_thread_retries_a_failed_renewal_within_a_second() -> None:
-    assert LeaseKeeper.RETRY_S <= 1.0  # the default; the keeper here retries faster
+    assert LEASE_RENEWAL.pause(1) <= 1.0  # the default; the keeper here retries faster
     store = MemoryStore()
     row = claimed_row(store)
     runtime = runtime_for(store, row)
-    keeper = LeaseKeeper(lease_s=30.0, tick_s=0.02, retry_s=0.1)  # renews every 10 s when all is well
+    keeper = LeaseKeeper(
+        lease_s=30.0, tick_s=0.02, retry=Backoff(0.1, 0.1)
+    )  # renews every 10 s when all is well
     keeper.watch(runtime)
     try:
         store.fail("renew_lease", 1)
