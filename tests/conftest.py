@@ -20,14 +20,26 @@ for _key in [k for k in os.environ if k.startswith("MCP_TASKS_") and not k.start
     del os.environ[_key]
 
 SUFFIX = uuid.uuid4().hex[:8]
+"""Names this pytest process's databases, queues and stacks: each xdist worker imports this module
+itself, so each draws its own and no two share a database, a queue or an examples folder (one
+Redis database number is shared; every key in it is named for a queue)."""
 _counter = itertools.count()
 IN_CI = os.environ.get("CI") == "true"
 _embedded: contextlib.ExitStack | None = None
 
 
+SERIAL_DIRECTORIES = ("faults", "conformance")
+"""Marked ``serial`` whole (scripts/test runs them alone, after the parallel pass). The fault
+suite restarts its services and kills process groups under load, and asserts recovery within
+seconds; the conformance runner's scenarios wait on a 5 s question timeout. Both measure time,
+which another worker's load on 2 cores would stretch."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Use the machine's services; on a bare machine start embedded Postgres and Redis."""
     global _embedded
+    if config.getoption("dist", "no") != "no" and not hasattr(config, "workerinput"):
+        return  # the xdist controller runs no test: each worker starts what it needs
     forced = os.environ.get("MCP_TASKS_TEST_EMBEDDED") == "1"
     if not forced and ("MCP_TASKS_TEST_DATABASE_URL" in os.environ or support.postgres_reachable()):
         return
@@ -36,9 +48,18 @@ def pytest_configure(config: pytest.Config) -> None:
     from mcp_celery_tasks.cli.dev.embedded import embedded_services
 
     _embedded = contextlib.ExitStack()
-    services = _embedded.enter_context(embedded_services(support.ROOT / ".cache" / "test-services"))
+    folder = support.ROOT / ".cache" / "test-services" / (support.XDIST_WORKER or "main")
+    services = _embedded.enter_context(embedded_services(folder))
     support.ADMIN_DSN = services.database_url.replace("/mcp_tasks?", "/postgres?")
     support.REDIS_URL = services.broker_url
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = support.ROOT / "tests"
+    for item in items:
+        if item.path.is_relative_to(tests) and item.path.relative_to(tests).parts[0] in SERIAL_DIRECTORIES:
+            item.add_marker(pytest.mark.serial)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -23,6 +23,10 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = ROOT / ".cache" / "test-logs"
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+"""``gw0``, ``gw1``, … in a pytest-xdist worker, empty otherwise. Whatever a test process creates
+that others could see carries a per-process name (databases and queues: ``SUFFIX`` in
+tests/conftest.py; Celery node names: the pid; log files: this id)."""
 
 ADMIN_DSN = os.environ.get("MCP_TASKS_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("MCP_TASKS_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -258,9 +262,15 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def spawn(name: str, args: list[str], env: dict[str, str]) -> Proc:
+def log_path(name: str) -> Path:
+    """``.cache/test-logs/<name>.log``, or ``<name>.gw1.log`` in an xdist worker: two workers
+    start stacks of the same name, and neither may truncate the other's log."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log = LOG_DIR / f"{name}.log"
+    return LOG_DIR / (f"{name}.{XDIST_WORKER}.log" if XDIST_WORKER else f"{name}.log")
+
+
+def spawn(name: str, args: list[str], env: dict[str, str]) -> Proc:
+    log = log_path(name)
     handle = log.open("wb")
     popen = subprocess.Popen(
         [sys.executable, "-m", "mcp_celery_tasks.cli", *args],
@@ -341,7 +351,9 @@ def start_worker(name: str, env: dict[str, str], concurrency: int = 2, pool: str
             "-Q",
             queues,
             "-n",
-            f"{name}@localhost",
+            # Unique on the machine: two workers of one name on a broker share a RabbitMQ
+            # pidbox queue, and each then hears only part of the broadcasts (revoke).
+            f"{name}-{os.getpid()}@localhost",
             "--log-level",
             "info",
         ],

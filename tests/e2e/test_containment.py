@@ -21,6 +21,11 @@ import pytest
 from tests import support
 from tests.support import LOG_DIR, Stack, wait_until
 
+# Hostile tools spin the CPU, hold the GIL and allocate until killed, and the checks are timed
+# (the slot frees within the grace plus a few seconds, the lease never lapses): alone, or the
+# other worker's tests would be slowed and this one's clock stretched.
+pytestmark = pytest.mark.serial
+
 LEASE_S = 3.0
 GRACE_S = 2.0
 SLOT_FREE_WITHIN_S = GRACE_S + 6.0

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from tests import support
-from tests.support import LOG_DIR, ROOT, Client, Proc, start_api, wait_until
+from tests.support import ROOT, Client, Proc, start_api, wait_until
 
 BROKERS = {
     "redis": (support.REDIS_URL, support.REDIS_URL),
@@ -50,8 +50,7 @@ def project(request: pytest.FixtureRequest, template_db: str, tmp_path: Path) ->
         MCP_TASKS_MAINTENANCE_QUEUE=f"{prefix}.maintenance",
         PYTHONUNBUFFERED="1",
     )
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log = LOG_DIR / f"sample-{request.param}-worker.log"
+    log = support.log_path(f"sample-{request.param}-worker")
     # The team's own worker command, consuming its own queue and the one it routes MCP jobs to.
     worker = Proc(
         "sample-worker",

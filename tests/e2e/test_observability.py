@@ -144,10 +144,22 @@ def test_readiness_fails_when_the_broker_or_postgres_is_unreachable(stack: Stack
         proc.stop()
 
 
-def test_a_trace_started_at_tools_call_continues_in_the_worker(stack: Stack, tmp_path: Path) -> None:
+def test_a_trace_started_at_tools_call_continues_in_the_worker(
+    stack: Stack, db_url: str, tmp_path: Path
+) -> None:
     spans_file = tmp_path / "spans.jsonl"
+    # A database and maintenance queue of its own. Every API process (and sweeper) on a database
+    # runs the fair publisher's pass for each of its queues whenever a task there changes status:
+    # on the shared stack's database, its API can release this job first, with no trace context
+    # (seen once under -n 2, while earlier tests' jobs were still finishing there).
     queue = stack.env["MCP_TASKS_DEFAULT_QUEUE"] + ".traced"  # only the traced worker takes these jobs
-    env = dict(stack.env, MCP_TASKS_TRACE_FILE=str(spans_file), MCP_TASKS_DEFAULT_QUEUE=queue)
+    env = dict(
+        stack.env,
+        MCP_TASKS_DATABASE_URL=db_url,
+        MCP_TASKS_TRACE_FILE=str(spans_file),
+        MCP_TASKS_DEFAULT_QUEUE=queue,
+        MCP_TASKS_MAINTENANCE_QUEUE=stack.env["MCP_TASKS_MAINTENANCE_QUEUE"] + ".traced",
+    )
     env["MCP_TASKS_WORKER_METRICS_PORT"] = str(free_port())
     api: Proc
     api, url = start_api("api-traced", env)

@@ -7,14 +7,34 @@ cancelled without one, never both, and a terminal status never changes afterward
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
+
+from tests import support
+from tests.conftest import SUFFIX
 from tests.support import TERMINAL, Stack, wait_until
 
 TASKS = 40
 JOB_MS = 60
 THREADS = 2  # the stack's worker runs two jobs at a time: no backlog, so the cancels race the job
+
+
+@pytest.fixture(scope="module")
+def stack(template_db: str) -> Iterator[Stack]:
+    """A stack of this module's own: the races need both slots free. On the shared one, what
+    ran before on this xdist worker (a different set and order of files than a serial run) can
+    leave jobs that hold the slots for longer: seen once under -n 2, the worker was still busy
+    after the 30 s this module waits for it to be idle."""
+    name = f"mcpt_{SUFFIX}_races"
+    dsn = support.create_database(name, template=template_db)
+    try:
+        with support.running_stack("races", dsn, support.REDIS_URL, f"{SUFFIX}x") as live:
+            yield live
+    finally:
+        support.drop_database(name)
 
 
 def rows(stack: Stack, task_ids: list[str]) -> dict[str, dict[str, Any]]:

@@ -84,6 +84,9 @@ def redis_commands_on(key: str, during: Any) -> list[str]:
     return seen
 
 
+# MONITOR has Redis copy every command of every client to this test: beside another xdist
+# worker's busy stacks it slows them all, and this test wades through their traffic.
+@pytest.mark.serial
 def test_a_wake_up_costs_one_push_and_no_acknowledgement_on_redis(inbox: Inbox, broker_url: str) -> None:
     if not broker_url.startswith("redis"):
         pytest.skip("counted with Redis MONITOR")
