@@ -154,7 +154,12 @@ def test_limits_set_ls_clear_round_trip(db_url: str) -> None:
 
 
 def _run(*args: str, cwd: Path = ROOT, **env_vars: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+    # COLUMNS and LINES only when a test gives them: pytest-xdist's workers set 80 x 24.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MCP_TASKS_") and k not in ("COLUMNS", "LINES")
+    }
     env["PYTHONPATH"] = str(ROOT)  # the checkout's package, whatever the current directory
     env.update(env_vars)
     return subprocess.run(
