@@ -91,6 +91,9 @@ tasks = Table(
     Column("progress_total", Float, nullable=True),
     Column("log_level", Text, nullable=True),
     Column("log_seq", Integer, nullable=False, server_default=text("0")),
+    Column("suspended_at", DateTime(timezone=True), nullable=True),
+    Column("resumed_at", DateTime(timezone=True), nullable=True),
+    Column("suspensions", Integer, nullable=False, server_default=text("0")),
     CheckConstraint(STATUS_CHECK, name="status"),
     Index("ix_mcp_tasks_expires_at", "expires_at"),
     Index("ix_mcp_tasks_owner_created_at", "owner", "created_at"),
@@ -115,7 +118,16 @@ tasks = Table(
         "queue",
         "owner",
         postgresql_where=text(
-            f"dispatched_at IS NOT NULL AND status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"
+            "dispatched_at IS NOT NULL AND suspended_at IS NULL"
+            f" AND status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"
+        ),
+    ),
+    # Suspended tasks per principal (the cap on stored suspended tasks).
+    Index(
+        "ix_mcp_tasks_suspended",
+        "owner",
+        postgresql_where=text(
+            f"suspended_at IS NOT NULL AND status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"
         ),
     ),
     Index(
