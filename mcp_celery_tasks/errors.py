@@ -48,6 +48,7 @@ __all__ = [
     "InternalError",
     "InvalidParams",
     "InvalidRequest",
+    "JobSuspended",
     "McpError",
     "McpTasksError",
     "MethodNotFound",
@@ -186,6 +187,13 @@ class WorkerStopping(BaseException):
     its pool children SIGTERM). Raised at the job's next safe point; the runner gives the job
     back (its attempt is not counted) and the process then dies as it was told to. A
     ``BaseException`` for the reason ``TaskCancelled`` is one."""
+
+
+class JobSuspended(BaseException):
+    """The job gave its worker slot back while waiting for input (suspend): raised out of the
+    input request, through the tool, to the runner, which acknowledges the message. The tool runs
+    again from the top once the answers are in; the question then returns its answer at once.
+    A ``BaseException`` for the reason ``TaskCancelled`` is one: let it through."""
 
 
 class InputTimedOut(ToolError):

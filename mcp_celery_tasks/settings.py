@@ -256,8 +256,22 @@ class Settings(BaseSettings):
     """``ctx.cancelled`` reads the row at most this often."""
 
     input_timeout_seconds: float = 1500.0
-    """How long a tool waits for an answer to an input request (per-tool ``input_timeout``
-    overrides). Must stay below the broker's redelivery limit (see below)."""
+    """How long a tool waits *resident* (holding its worker slot) for an answer to an input
+    request (per-tool ``input_timeout`` overrides). Must stay below the broker's redelivery limit
+    (see below), unless the tool suspends sooner (``suspend_after_seconds``)."""
+    suspend_after_seconds: float | None = 30.0
+    """A job waiting this long for input gives its worker slot back (suspends): the Celery message
+    is acknowledged, the lease released, and the tool runs again from the top once the answers
+    are in (recorded answers and ``ctx.step`` results replay at once). It suspends at once when
+    other jobs of its queue wait for a slot. 0: always at once; unset (``None``, in the
+    environment an empty value): stay resident. Per-tool ``@tool(suspend_after=…)`` overrides."""
+    suspended_input_timeout_seconds: float = 7 * 86400.0
+    """How long a suspended task waits for its answers before the sweeper ends it with a tool
+    error (no broker limit applies: nothing is held while it waits)."""
+    max_suspended_per_principal: int = 1000
+    """Suspended tasks one principal may have stored at once (they hold no slot, only rows). A job
+    that would suspend past it stays resident, where ``max_waiting_inputs_per_principal``
+    applies. 0: no limit."""
     strict_input_capabilities: bool = True
     """Refuse input requests of a kind the originating tools/call did not declare (the MRTR
     rule). Off: the tasks extension alone counts as consent, as in the C# SDK."""
@@ -373,6 +387,21 @@ class Settings(BaseSettings):
         for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgres://"):
             if value is not None and value.startswith(prefix):
                 return "postgresql://" + value[len(prefix) :]
+        return value
+
+    @field_validator("suspend_after_seconds", mode="before")
+    @classmethod
+    def _never_suspend(cls, value: object) -> object:
+        # In the environment, "stay resident" is spelled as an empty value (or none / never).
+        if isinstance(value, str):
+            if value.strip().lower() in ("", "none", "never"):
+                return None
+            try:
+                value = float(value)
+            except ValueError:
+                raise ValueError("suspend_after_seconds must be seconds (or empty: never suspend)") from None
+        if isinstance(value, int | float) and not isinstance(value, bool) and not value >= 0:
+            raise ValueError("suspend_after_seconds must be >= 0 (or empty: never suspend)")
         return value
 
     @model_validator(mode="after")

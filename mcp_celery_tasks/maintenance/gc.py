@@ -96,6 +96,7 @@ def sweep(
     ended = store.end_unattended_stops()
     if ended:
         logger.info("%d cancelled tasks whose job nobody runs any more marked stopped", ended)
+    _expire_suspended(store, settings, limit)
     return published
 
 
@@ -136,6 +137,18 @@ def _sweep(
         logger.error("ALARM: the garbage collector has not run for %.0f s; is beat running?", overdue)
     store.record_run("sweep", released + republished)
     return released + republished
+
+
+def _expire_suspended(store: WorkerStore, settings: Settings, limit: int) -> None:
+    """Suspended tasks nobody answered within ``suspended_input_timeout_seconds`` end as a tool
+    error, as a resident wait that timed out does (nothing else would ever end them: no process,
+    message or timer is held for a suspended task)."""
+    waited = settings.suspended_input_timeout_seconds
+    message = f"Nobody answered the input request within {waited:.0f} s"
+    result = {"content": [{"type": "text", "text": message}], "isError": True}
+    expired = store.expire_suspended(waited, result, message, limit)
+    if expired:
+        logger.info("%d suspended tasks nobody answered ended", expired)
 
 
 def _fail_not_queued(store: WorkerStore, settings: Settings) -> None:

@@ -203,7 +203,14 @@ class ApiStore:
             cursor = await conn.execute(queries.RECORD_ANSWERS, params)
             row = await cursor.fetchone()
         assert row is not None
-        return AnswerOutcome(answered=row["answered"], inbox=row["inbox"], status=row["status"])
+        return AnswerOutcome(
+            answered=row["answered"],
+            inbox=row["inbox"],
+            status=row["status"],
+            resumed=row["resumed"],
+            job_id=row["job_id"],
+            queue=row["queue"],
+        )
 
     def _session_window(self) -> dict[str, float]:
         settings = self._settings

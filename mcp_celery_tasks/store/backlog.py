@@ -79,7 +79,8 @@ WITH RECURSIVE owners AS (
            count(*) FILTER (WHERE status = 'input_required') AS waiting,
            count(*) FILTER (WHERE lease_until IS NULL) AS queued
     FROM mcp_tasks
-    WHERE queue = %(queue)s AND dispatched_at IS NOT NULL AND status IN {_ACTIVE}
+    WHERE queue = %(queue)s AND dispatched_at IS NOT NULL AND suspended_at IS NULL
+      AND status IN {_ACTIVE}
     GROUP BY owner
 ), free AS (
     SELECT GREATEST(0, %(ahead)s - COALESCE((SELECT sum(queued) FROM inflight), 0))::int AS n
@@ -131,7 +132,7 @@ QUEUED_COUNTS: Final[LiteralString] = f"""
 SELECT queue, count(*) AS queued,
        count(*) FILTER (WHERE dispatched_at < now() - %(older_than_s)s * interval '1 second') AS old
 FROM mcp_tasks
-WHERE dispatched_at IS NOT NULL AND status IN {_ACTIVE} AND lease_until IS NULL
+WHERE dispatched_at IS NOT NULL AND suspended_at IS NULL AND status IN {_ACTIVE} AND lease_until IS NULL
 GROUP BY queue
 """
 
@@ -175,8 +176,8 @@ WITH RECURSIVE me AS (
     WHERE o.owner <> me.owner
 ), queued AS (
     SELECT count(*)::int AS n FROM mcp_tasks t, me
-    WHERE t.queue = me.queue AND t.dispatched_at IS NOT NULL AND t.status IN {_ACTIVE}
-      AND t.lease_until IS NULL
+    WHERE t.queue = me.queue AND t.dispatched_at IS NOT NULL AND t.suspended_at IS NULL
+      AND t.status IN {_ACTIVE} AND t.lease_until IS NULL
 )
 SELECT mine.n + others.n + queued.n AS ahead, mine.n >= %(cap)s AS capped
 FROM me, mine, others, queued
@@ -189,13 +190,18 @@ SELECT pg_advisory_xact_lock(hashtext('mcp-waiting:' || owner || ':' || queue))
 FROM mcp_tasks WHERE task_id = %(task_id)s
 """
 
-# Before a job asks: its principal's other jobs of its queue waiting for input, and the limit
-# (the principal's override, else ``max_waiting``; 0: none).
+# Before a job asks: its principal's other jobs of its queue waiting for input holding a slot,
+# and the limit (the principal's override, else ``max_waiting``; 0: none); its suspended tasks
+# (every queue: they hold rows, not slots) and their cap.
 WAITING_QUOTA: Final[LiteralString] = """
 SELECT COALESCE(l.max_waiting_inputs, %(max_waiting)s) AS max_waiting,
        (SELECT count(*) FROM mcp_tasks w
         WHERE w.queue = t.queue AND w.owner = t.owner AND w.status = 'input_required'
-          AND w.task_id <> t.task_id) AS waiting,
+          AND w.suspended_at IS NULL AND w.task_id <> t.task_id) AS waiting,
+       %(max_suspended)s AS max_suspended,
+       (SELECT count(*) FROM mcp_tasks s
+        WHERE s.owner = t.owner AND s.suspended_at IS NOT NULL
+          AND s.status IN ('working', 'input_required')) AS suspended,
        t.queue
 FROM mcp_tasks t LEFT JOIN mcp_principal_limits l ON l.principal = t.owner
 WHERE t.task_id = %(task_id)s

@@ -38,7 +38,7 @@ NOTIFY_CHANNEL: Final = "mcp_task_events"
 module is the schema for Alembic and loads SQLAlchemy, which no API or worker needs)."""
 
 TASK_COLUMNS: Final = _columns(TaskRecord, "db_now")
-CLAIMED_COLUMNS: Final = _columns(ClaimedTask, "age_s")
+CLAIMED_COLUMNS: Final = _columns(ClaimedTask, "age_s", "resumed_for_s")
 INPUT_COLUMNS: Final = _columns(InputRecord)
 
 _EXPIRES: Final = "now() + retention_ms * interval '1 millisecond'"
@@ -104,7 +104,10 @@ WITH prev AS (
 ), upd AS (
     UPDATE mcp_tasks t
     SET status = '{CANCELLED}', cancel_requested_at = now(), last_updated_at = now(),
-        expires_at = {_EXPIRES}, status_message = %(message)s
+        expires_at = {_EXPIRES}, status_message = %(message)s,
+        -- A suspended task has no process to stop: it stopped the moment it was cancelled.
+        finished_at = CASE WHEN t.suspended_at IS NOT NULL AND t.worker IS NULL THEN now()
+                           ELSE t.finished_at END
     FROM prev
     WHERE t.task_id = prev.task_id AND t.{TO_CANCELLED}
     RETURNING t.task_id, t.job_id, t.inbox, t.tool_name, prev.status AS previous_status
@@ -144,10 +147,13 @@ UPDATE mcp_tasks
 SET worker = %(worker)s, lease_until = now() + %(lease_s)s * interval '1 second',
     attempts = attempts + 1, started_at = COALESCE(started_at, now())
 WHERE job_id = %(job_id)s AND status IN {ACTIVE_SQL} AND cancel_requested_at IS NULL
+  -- A suspended job runs again only once its answers are in (they clear suspended_at).
+  AND suspended_at IS NULL
   -- Free (never claimed, or given back: worker NULL), lapsed, or ours already.
   AND (lease_until IS NULL OR worker IS NULL OR {_LEASE_LAPSED} OR worker = %(worker)s)
   AND attempts < max_attempts AND redeliveries < %(max_redeliveries)s
-RETURNING {CLAIMED_COLUMNS}, EXTRACT(EPOCH FROM (now() - created_at))::float AS age_s
+RETURNING {CLAIMED_COLUMNS}, EXTRACT(EPOCH FROM (now() - created_at))::float AS age_s,
+    EXTRACT(EPOCH FROM (now() - resumed_at))::float AS resumed_for_s
 """
 
 JOB_STATE: Final[LiteralString] = """
@@ -285,6 +291,69 @@ WHERE task_id = %(task_id)s AND worker = %(worker)s AND status IN {ACTIVE_SQL}
 RETURNING task_id
 """
 
+# The job gives its slot back while it waits for input (suspend): the lease is released, the
+# attempt uncounted (a suspend is neither an attempt nor a redelivery), the inbox forgotten (no
+# process waits on it). Only while a question is still outstanding: an answer that landed first
+# (the task is working again) keeps the job resident, and it reads the answer.
+SUSPEND: Final[LiteralString] = f"""
+UPDATE mcp_tasks
+SET worker = NULL, lease_until = NULL, inbox = NULL, suspended_at = now(),
+    suspensions = suspensions + 1, attempts = GREATEST(attempts - 1, 0)
+WHERE task_id = %(task_id)s AND worker = %(worker)s AND status = '{INPUT_REQUIRED}'
+  AND cancel_requested_at IS NULL
+  AND EXISTS (SELECT 1 FROM mcp_task_inputs i
+              WHERE i.task_id = %(task_id)s AND i.response IS NULL AND NOT i.superseded)
+  AND (%(max_suspended)s <= 0 OR (
+      SELECT count(*) FROM mcp_tasks s
+      WHERE s.owner = mcp_tasks.owner AND s.suspended_at IS NOT NULL AND s.status IN {ACTIVE_SQL}
+  ) < %(max_suspended)s)
+RETURNING task_id
+"""
+
+# Other jobs of the task's queue wait for a worker slot (in the backlog or in the broker), or its
+# principal already holds ``max_waiting`` resident waits there: a job waiting for input then
+# suspends at once (capacity-based eviction, as Hatchet's). Index probes only.
+SUSPEND_NOW: Final[LiteralString] = f"""
+SELECT EXISTS (
+    SELECT 1 FROM mcp_tasks b
+    WHERE b.queue = t.queue AND b.dispatched_at IS NULL AND b.status IN {ACTIVE_SQL}
+) OR EXISTS (
+    SELECT 1 FROM mcp_tasks q
+    WHERE q.queue = t.queue AND q.dispatched_at IS NOT NULL AND q.suspended_at IS NULL
+      AND q.status IN {ACTIVE_SQL} AND q.lease_until IS NULL AND q.task_id <> t.task_id
+) OR (
+    SELECT count(*) FROM mcp_tasks w
+    WHERE w.queue = t.queue AND w.owner = t.owner AND w.status = '{INPUT_REQUIRED}'
+      AND w.suspended_at IS NULL AND w.task_id <> t.task_id
+) >= NULLIF(COALESCE(l.max_waiting_inputs, %(max_waiting)s), 0) AS now
+FROM mcp_tasks t LEFT JOIN mcp_principal_limits l ON l.principal = t.owner
+WHERE t.task_id = %(task_id)s
+"""
+
+# Suspended tasks nobody answered within ``suspended_input_timeout_seconds``: they end as a
+# tool error, as a resident wait that timed out would (``InputTimedOut``).
+EXPIRE_SUSPENDED: Final[LiteralString] = f"""
+WITH upd AS (
+    UPDATE mcp_tasks
+    SET status = '{COMPLETED}', result = %(result)s, error = NULL, status_message = NULL,
+        error_kind = 'input_timeout', error_message = %(message)s,
+        last_updated_at = now(), finished_at = now(), expires_at = {_EXPIRES}
+    WHERE task_id IN (
+        SELECT task_id FROM mcp_tasks
+        WHERE suspended_at IS NOT NULL AND status IN {ACTIVE_SQL}
+          AND suspended_at < now() - %(older_than_s)s * interval '1 second'
+        ORDER BY suspended_at LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AND suspended_at IS NOT NULL AND status IN {ACTIVE_SQL}
+    RETURNING task_id
+), gone AS (
+    UPDATE mcp_task_inputs i SET superseded = true FROM upd
+    WHERE i.task_id = upd.task_id AND i.response IS NULL AND NOT i.superseded
+    RETURNING i.key
+)
+SELECT task_id, pg_notify('{NOTIFY_CHANNEL}', task_id) FROM upd
+"""
+
 # ``stopping`` that nobody will end: a cancelled task whose job was never claimed, was given
 # back, or whose worker's lease lapsed (the process died) gets its finished_at from the sweeper.
 END_UNATTENDED_STOPS: Final[LiteralString] = f"""
@@ -323,7 +392,7 @@ LIMIT %(limit)s
 # Published long ago and held by no worker (never started, or handed back after a lost lease):
 # re-stamped so the next sweep waits as long again.
 _UNSTARTED_SINCE: Final[LiteralString] = f"""
-    status IN {ACTIVE_SQL} AND lease_until IS NULL
+    status IN {ACTIVE_SQL} AND lease_until IS NULL AND suspended_at IS NULL
       AND dispatched_at < now() - %(older_than_s)s * interval '1 second'"""
 
 # The queues that hold such jobs (the sweeper asks the broker how many messages wait in each).
@@ -434,11 +503,21 @@ WITH ans AS (
 ), t AS (
     UPDATE mcp_tasks
     SET status = CASE WHEN (SELECT n FROM remaining) = 0 THEN '{WORKING}' ELSE status END,
-        last_updated_at = now()
+        last_updated_at = now(),
+        -- A suspended job whose last question is answered goes back to the fair backlog (in this
+        -- transaction): released like a new job, it runs again and replays the answers.
+        dispatched_at = CASE WHEN (SELECT n FROM remaining) = 0 AND suspended_at IS NOT NULL
+                             THEN NULL ELSE dispatched_at END,
+        resumed_at = CASE WHEN (SELECT n FROM remaining) = 0 AND suspended_at IS NOT NULL
+                          THEN now() ELSE resumed_at END,
+        suspended_at = CASE WHEN (SELECT n FROM remaining) = 0 THEN NULL ELSE suspended_at END
+    FROM (SELECT suspended_at AS was FROM mcp_tasks WHERE task_id = %(task_id)s) AS old
     WHERE task_id = %(task_id)s AND status = '{INPUT_REQUIRED}' AND EXISTS (SELECT 1 FROM ans)
-    RETURNING task_id, inbox, status
+    RETURNING task_id, inbox, status, job_id, queue,
+              old.was IS NOT NULL AND status = '{WORKING}' AS resumed
 )
-SELECT (SELECT count(*) FROM ans) AS answered, t.inbox, t.status,
+SELECT (SELECT count(*) FROM ans) AS answered, t.inbox, t.status, t.job_id, t.queue,
+       COALESCE(t.resumed, false) AS resumed,
        CASE WHEN t.status = '{WORKING}' THEN pg_notify('{NOTIFY_CHANNEL}', t.task_id) END AS notified
 FROM (SELECT 1) AS one LEFT JOIN t ON true
 """

@@ -132,6 +132,10 @@ class ClaimedTask:
     """Seconds since the task was created, by the database clock, at the claim."""
     log_level: str | None = None
     """The lowest log level the synchronous caller asked for; None: keep logs in the worker log."""
+    suspensions: int = 0
+    """How often the job gave its slot back waiting for input (this run resumes the last one)."""
+    resumed_for_s: float | None = None
+    """Seconds since the answer that resumed the job was recorded (None: not a resume)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,11 +162,15 @@ class LogRecord:
 
 @dataclass(frozen=True, slots=True)
 class AnswerOutcome:
-    """What recording answers did: how many, and where the waiting worker listens."""
+    """What recording answers did: how many, and where the waiting worker listens (or, for a
+    suspended job whose last question was answered, that it went back to the backlog)."""
 
     answered: int
     inbox: str | None
     status: str | None
+    resumed: bool = False
+    job_id: str | None = None
+    queue: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

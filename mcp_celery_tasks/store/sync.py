@@ -172,13 +172,16 @@ class WorkerStore:
         inbox: str,
         items: Sequence[dict[str, Any]],
         supersede: Sequence[str] = (),
+        may_suspend: bool = False,
     ) -> bool:
         """Insert input rows, set the inbox and ``input_required`` at once; False if not ours.
 
         Raises ``TooManyWaiting`` (a tool error) when the task's principal already has its most
         jobs of this queue waiting for input (``max_waiting_inputs_per_principal``): fair
         dispatch stops releasing such a principal's jobs, this catches the ones it had already
-        released, so unanswered questions cannot hold every slot of a queue."""
+        released, so unanswered questions cannot hold every slot of a queue. A job that may
+        suspend (``may_suspend``) is not refused while its principal has room for another
+        suspended task: it gives its slot back instead (``suspend_now`` says so)."""
         params = {
             "task_id": task_id,
             "worker": worker,
@@ -186,17 +189,45 @@ class WorkerStore:
             "items": Jsonb(list(items)),
             "supersede": list(supersede),
             "max_waiting": self._settings.max_waiting_inputs_per_principal,
+            "max_suspended": self._settings.max_suspended_per_principal,
         }
         with self._connection() as conn, conn.transaction():
             conn.execute(backlog.LOCK_WAITING, params)
             quota = conn.execute(backlog.WAITING_QUOTA, params).fetchall()
-            if quota and 0 < quota[0]["max_waiting"] <= quota[0]["waiting"]:
+            room_to_suspend = bool(quota) and (
+                quota[0]["max_suspended"] <= 0 or quota[0]["suspended"] < quota[0]["max_suspended"]
+            )
+            full = bool(quota) and 0 < quota[0]["max_waiting"] <= quota[0]["waiting"]
+            if full and not (may_suspend and room_to_suspend):
                 limit, queue = quota[0]["max_waiting"], quota[0]["queue"]
                 raise TooManyWaiting(
                     f"Too many of your tasks are waiting for input in queue {queue!r} (at most "
                     f"{limit}): answer or cancel one of them, then call again"
                 )
             return bool(conn.execute(queries.OPEN_INPUTS, params).fetchall())
+
+    def suspend_now(self, task_id: str) -> bool:
+        """Should a job waiting for input give its slot back at once: other jobs of its queue wait
+        for a slot, or its principal already holds its most resident waits in the queue."""
+        params = {"task_id": task_id, "max_waiting": self._settings.max_waiting_inputs_per_principal}
+        rows = self._fetch(queries.SUSPEND_NOW, params)
+        return bool(rows and rows[0]["now"])
+
+    def suspend(self, task_id: str, worker: str) -> bool:
+        """Give the slot back while questions are outstanding (lease released, attempt uncounted,
+        ``suspended_at`` set); False if not ours, already answered, or the principal has its most
+        suspended tasks (the job then stays resident)."""
+        params = {
+            "task_id": task_id,
+            "worker": worker,
+            "max_suspended": self._settings.max_suspended_per_principal,
+        }
+        return bool(self._fetch(queries.SUSPEND, params))
+
+    def expire_suspended(self, older_than_s: float, result: dict[str, Any], message: str, limit: int) -> int:
+        """End suspended tasks nobody answered within ``older_than_s`` (a tool error)."""
+        params = {"older_than_s": older_than_s, "result": Jsonb(result), "message": message, "limit": limit}
+        return len(self._fetch(queries.EXPIRE_SUSPENDED, params))
 
     def input_state(self, task_id: str, worker: str, keys: Sequence[str]) -> tuple[bool, dict[str, Any]]:
         """(still active and ours, the answers recorded so far for ``keys``)."""

@@ -235,7 +235,9 @@ class TaskService:
     # ---- answer and cancel ------------------------------------------------------------------
 
     async def answer(self, record: TaskRecord, responses: dict[str, Any]) -> None:
-        """Record answers to outstanding keys and wake the waiting worker. Keys that are not
+        """Record answers to outstanding keys and wake the waiting worker, or, when the job was
+        suspended and this was its last question, wake the fair publisher: the job is back in
+        the backlog (same transaction) and runs again, replaying the answers. Keys that are not
         outstanding are ignored (S-31); one invalid answer records none (-32602)."""
         if record.status != INPUT_REQUIRED:
             return
@@ -247,7 +249,10 @@ class TaskService:
         }
         if answers:
             outcome = await self._store.record_answers(record.task_id, answers)
-            if outcome.answered and outcome.inbox:
+            if outcome.resumed and outcome.job_id and outcome.queue:
+                metrics.tasks_resumed.labels(record.tool_name).inc()
+                self._publisher.publish_job(outcome.job_id, outcome.queue, tracing.inject())
+            elif outcome.answered and outcome.inbox:
                 self._publisher.wake(outcome.inbox, record.task_id)
 
     async def cancel(self, task_id: str, principal: str, message: str | None = None) -> CancelOutcome:

@@ -59,6 +59,24 @@ inputs_waiting = Gauge(
 input_wait_seconds = Histogram(
     "mcp_input_wait_seconds", "Time a job waited for input", ["tool"], buckets=_DURATION
 )
+jobs_suspended = Counter(
+    "mcp_jobs_suspended", "Jobs that gave their worker slot back while waiting for input", ["tool"]
+)
+tasks_resumed = Counter(
+    "mcp_tasks_resumed", "Suspended tasks whose answers put them back in the backlog", ["tool"]
+)
+resume_seconds = Histogram(
+    "mcp_resume_seconds",
+    "From the answer that resumed a suspended task to its tool running past the question",
+    ["tool"],
+    buckets=_LATENCY,
+)
+work_redone_seconds = Histogram(
+    "mcp_work_redone_seconds",
+    "Seconds a re-run (a resume or a redelivery) spent before reaching new work",
+    ["tool"],
+    buckets=_DURATION,
+)
 gc_deleted = Counter("mcp_gc_deleted", "Expired tasks deleted by the collector")
 gc_last_run = Gauge(
     "mcp_gc_last_run_timestamp_seconds", "When the collector last ran", multiprocess_mode="max"

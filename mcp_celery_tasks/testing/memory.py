@@ -58,6 +58,10 @@ class Row:
     inputs: dict[str, InputRecord] = field(default_factory=dict)
     progress: float | None = None
     progress_total: float | None = None
+    suspended_at: float | None = None
+    """When the job gave its slot back waiting for input (None: resident, or not waiting)."""
+    resumed_at: float | None = None
+    suspensions: int = 0
     logs: list[tuple[str, str | None, Any]] = field(default_factory=list)
     log_level: str | None = None
     reports: list[tuple[str, float | None, float | None]] = field(default_factory=list)
@@ -67,8 +71,13 @@ class Row:
 class MemoryStore:
     """An in-memory ``WorkerStore`` for the worker side (same guards as the SQL)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, max_redeliveries: int = 50) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, max_redeliveries: int = 50, max_suspended: int = 0
+    ) -> None:
         self.max_redeliveries = max_redeliveries
+        self.max_suspended = max_suspended
+        self.demand = False
+        """What ``suspend_now`` answers: other jobs of the queue wait for a slot."""
         self.rows: dict[str, Row] = {}
         self.calls: list[str] = []
         self._failures: dict[str, int] = {}
@@ -94,6 +103,8 @@ class MemoryStore:
         row = self.rows[task_id]
         if row.status in ACTIVE:
             row.status, row.cancel_requested = "cancelled", True
+            if row.suspended_at is not None and row.worker is None:
+                row.finished = True  # no process to stop
             for key, rec in row.inputs.items():
                 if rec.response is None:
                     row.inputs[key] = replace(rec, superseded=True)
@@ -107,6 +118,8 @@ class MemoryStore:
         row.inputs[key] = replace(rec, response=response)
         if row.status == "input_required" and not self._outstanding(row):
             row.status = "working"
+            if row.suspended_at is not None:  # back to the backlog: the next claim runs it again
+                row.suspended_at, row.resumed_at = None, self._clock()
 
     def outstanding(self, task_id: str) -> list[str]:
         return sorted(self._outstanding(self.rows[task_id]))
@@ -120,7 +133,7 @@ class MemoryStore:
         self._call("claim")
         row = self.by_job(job_id)
         now = self._clock()
-        if row is None or row.status not in ACTIVE or row.cancel_requested:
+        if row is None or row.status not in ACTIVE or row.cancel_requested or row.suspended_at is not None:
             return None
         taken = row.worker is not None and row.lease_until is not None and row.lease_until >= now
         if taken and row.worker != worker:
@@ -141,6 +154,8 @@ class MemoryStore:
             queue=row.queue,
             age_s=now - row.created_at,
             log_level=row.log_level,
+            suspensions=row.suspensions,
+            resumed_for_s=None if row.resumed_at is None else now - row.resumed_at,
         )
 
     def job_state(self, job_id: str) -> dict[str, Any] | None:
@@ -239,6 +254,7 @@ class MemoryStore:
         inbox: str,
         items: Sequence[dict[str, Any]],
         supersede: Sequence[str] = (),
+        may_suspend: bool = False,
     ) -> bool:
         self._call("open_inputs")
         row = self._mine(task_id, worker)
@@ -254,6 +270,28 @@ class MemoryStore:
                 row.inputs[item["key"]] = InputRecord(
                     item["key"], item["method"], item["params"], item["params_hash"], None, False
                 )
+        return True
+
+    def suspend_now(self, task_id: str) -> bool:
+        self._call("suspend_now")
+        return self.demand
+
+    def suspend(self, task_id: str, worker: str) -> bool:
+        self._call("suspend")
+        row = self._mine(task_id, worker)
+        if (
+            row is None
+            or row.status != "input_required"
+            or row.cancel_requested
+            or not self._outstanding(row)
+        ):
+            return False
+        held = sum(1 for r in self.rows.values() if r.suspended_at is not None and r.status in ACTIVE)
+        if 0 < self.max_suspended <= held:
+            return False
+        row.worker, row.lease_until, row.inbox = None, None, None
+        row.suspended_at, row.suspensions = self._clock(), row.suspensions + 1
+        row.attempts = max(row.attempts - 1, 0)
         return True
 
     def input_state(self, task_id: str, worker: str, keys: Sequence[str]) -> tuple[bool, dict[str, Any]]:

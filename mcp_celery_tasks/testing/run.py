@@ -183,6 +183,13 @@ def run_tool(
     inbox = MemoryInbox(client.on_wait)
     runner = JobRunner(store, settings, lambda: inbox, leases=_NoLeases(settings.lease_seconds))
     outcome = runner.run(row.job_id)
+    while outcome.status == "suspended" and client.problem is None:
+        # The job gave its slot back waiting for input (``suspend_after``): the client answers,
+        # and the job runs again from the top, as it would live (recorded answers replay).
+        client.on_wait(row.task_id)
+        if row.status == "input_required":
+            break  # not answered: ``client.problem`` says why
+        outcome = runner.run(row.job_id)
     if client.problem is not None:
         raise client.problem
     if row.status not in ("completed", "failed", "cancelled"):

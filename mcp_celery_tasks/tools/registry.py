@@ -65,6 +65,9 @@ class ToolSpec:
     time_limit: float | None = None
     soft_time_limit: float | None = None
     memory_limit_mb: int | None = None
+    suspend_after: float | Literal["settings"] | None = "settings"
+    """Seconds of waiting for input before the job gives its slot back; None: stay resident;
+    ``"settings"``: ``Settings.suspend_after_seconds``."""
 
     def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Validate against the input schema; return the JSON-ready arguments to store.
@@ -151,6 +154,7 @@ def tool(
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
     memory_limit_mb: int | None = None,
+    suspend_after: float | Literal["settings"] | None = "settings",
     schema_extra: dict[str, Any] | None = None,
 ) -> Callable[[F], F]: ...
 
@@ -171,6 +175,7 @@ def tool(
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
     memory_limit_mb: int | None = None,
+    suspend_after: float | Literal["settings"] | None = "settings",
     schema_extra: dict[str, Any] | None = None,
 ) -> F | Callable[[F], F]:
     """Register a function as an MCP tool that runs as a Celery job.
@@ -186,10 +191,14 @@ def tool(
     unset values come from Settings. ``time_limit`` (seconds of running, input waits not
     counted), ``soft_time_limit`` (``SoftTimeLimitExceeded`` raised in the tool first) and
     ``memory_limit_mb`` bound one run; past a hard limit the process is killed and the call ends
-    with ``isError`` (prefork workers). ``schema_extra`` adds JSON Schema keywords to the
-    advertised input schema (``$schema``, ``$defs``, ``allOf``, ``if``/``then``/``else``, or a
-    property's ``x-mcp-header``: each of its ``properties`` replaces the generated one); the signature
-    still validates the arguments, so keep the two consistent.
+    with ``isError`` (prefork workers). ``suspend_after`` is how long the job waits for input
+    holding its worker slot before it gives the slot back and runs again from the top once
+    answered (0: at once; None: never; default ``Settings.suspend_after_seconds``): put work
+    that comes before a question in ``ctx.step`` so a re-run does not redo it. ``schema_extra``
+    adds JSON Schema keywords to the advertised input schema (``$schema``, ``$defs``, ``allOf``,
+    ``if``/``then``/``else``, or a property's ``x-mcp-header``: each of its ``properties``
+    replaces the generated one); the signature still validates the arguments, so keep the two
+    consistent.
     """
 
     def register(target: F) -> F:
@@ -228,12 +237,21 @@ def tool(
             time_limit=time_limit,
             soft_time_limit=soft_time_limit,
             memory_limit_mb=memory_limit_mb,
+            suspend_after=_checked_suspend_after(suspend_after),
         )
         return target
 
     if fn is not None:
         return register(fn)
     return register
+
+
+def _checked_suspend_after(value: float | Literal["settings"] | None) -> float | Literal["settings"] | None:
+    if value is None or value == "settings":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"suspend_after must be a number of seconds >= 0, None or 'settings', not {value!r}")
+    return float(value)
 
 
 def _function_of(target: Callable[..., Any]) -> Callable[..., Any]:

@@ -246,10 +246,10 @@ def check_input_timeouts(app: Celery, settings: Settings) -> None:
     if limit is None:
         return
     for spec in all_tools():
-        waits = JobLimits.for_tool(spec, settings).input_timeout_s
+        waits = JobLimits.for_tool(spec, settings).resident_wait_s
         if waits >= limit.seconds:
             raise SystemExit(
-                f"tool {spec.name!r} may wait {waits:.0f} s for input, but the {limit.name} is "
-                f"{limit.seconds:.0f} s: "
-                "lower the input timeout or raise the broker's limit (and its MCP_TASKS_ setting)"
+                f"tool {spec.name!r} may wait {waits:.0f} s for input holding its worker, but the "
+                f"{limit.name} is {limit.seconds:.0f} s: let it suspend sooner (suspend_after), "
+                "lower the input timeout, or raise the broker's limit (and its MCP_TASKS_ setting)"
             )

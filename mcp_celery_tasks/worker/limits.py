@@ -37,6 +37,8 @@ class JobLimits:
     """The cap of an input wait in a synchronous call (MRTR: the client retries soon or left)."""
     cancel_grace_s: float
     """How long a cancelled job may keep running before the watchdog kills its process."""
+    suspend_after_s: float | None
+    """Waiting for input this long, the job gives its slot back (None: it stays resident)."""
 
     @classmethod
     def for_tool(cls, spec: ToolSpec | None, settings: Settings) -> JobLimits:
@@ -49,7 +51,18 @@ class JobLimits:
             input_timeout_s=(spec.input_timeout if spec else None) or settings.input_timeout_seconds,
             sync_input_timeout_s=settings.sync_input_timeout_seconds,
             cancel_grace_s=settings.cancel_grace_seconds,
+            suspend_after_s=settings.suspend_after_seconds
+            if spec is None or spec.suspend_after == "settings"
+            else spec.suspend_after,
         )
+
+    @property
+    def resident_wait_s(self) -> float:
+        """The longest a job of this tool holds its slot waiting for input (what the broker's
+        redelivery limit must exceed)."""
+        if self.suspend_after_s is None:
+            return self.input_timeout_s
+        return min(self.input_timeout_s, self.suspend_after_s)
 
     def input_wait_s(self, *, task_augmented: bool) -> float:
         """How long an input request of this job waits: a synchronous call's is capped."""

@@ -44,6 +44,13 @@ class JobObserver:
         """Around a job blocked on ``count`` input requests."""
         return contextlib.nullcontext()
 
+    def on_replayed(self, tool: str, *, redone_s: float, resumed_s: float) -> None:
+        """A re-run reached new work: ``redone_s`` after it started (the work redone), and
+        ``resumed_s`` after the answer that resumed it (for a redelivery: since its claim)."""
+
+    def on_suspended(self, job: ClaimedTask, elapsed: float) -> None:
+        """The job gave its slot back waiting for input after running ``elapsed`` seconds."""
+
     def on_ran(self, job: ClaimedTask, elapsed: float) -> None:
         """The tool returned or raised after ``elapsed`` seconds (an outage under it excluded)."""
 
@@ -88,6 +95,24 @@ class Telemetry(JobObserver):
         finally:
             metrics.inputs_waiting.labels(tool).dec()
             metrics.input_wait_seconds.labels(tool).observe(time.monotonic() - since)
+
+    def on_replayed(self, tool: str, *, redone_s: float, resumed_s: float) -> None:
+        metrics.work_redone_seconds.labels(tool).observe(redone_s)
+        metrics.resume_seconds.labels(tool).observe(resumed_s)
+
+    def on_suspended(self, job: ClaimedTask, elapsed: float) -> None:
+        metrics.jobs_suspended.labels(job.tool_name).inc()
+        job_log.info(
+            "job %s suspended waiting for input after %.3fs",
+            job.job_id,
+            elapsed,
+            extra={
+                "event": "task.suspended",
+                "job_id": job.job_id,
+                "tool": job.tool_name,
+                "queue": job.queue,
+            },
+        )
 
     def on_ran(self, job: ClaimedTask, elapsed: float) -> None:
         metrics.task_run_seconds.labels(job.tool_name, job.queue).observe(elapsed)

@@ -17,6 +17,7 @@ __all__ = [
     "RETRY",
     "STOPPING",
     "SUPERSEDED",
+    "SUSPENDED",
     "JobOutcome",
     "Outcome",
     "tool_error_kind",
@@ -60,6 +61,8 @@ RETRY: Final = Outcome("retry")
 STOPPING: Final = Outcome("stopping")
 """The worker process is being stopped: the job is given back and the process dies."""
 SUPERSEDED: Final = Outcome("superseded")
+SUSPENDED: Final = Outcome("suspended")
+"""The job gave its slot back waiting for input: nothing to record, the message is done."""
 
 
 def tool_error_kind(exc: ToolError) -> str:

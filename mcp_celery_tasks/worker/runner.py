@@ -32,6 +32,7 @@ from mcp_types import jsonrpc as codes
 from mcp_celery_tasks.errors import (
     TASKS_EXTENSION,
     InfrastructureError,
+    JobSuspended,
     McpError,
     TaskCancelled,
     ToolError,
@@ -54,6 +55,7 @@ from mcp_celery_tasks.worker.outcomes import (
     RETRY,
     STOPPING,
     SUPERSEDED,
+    SUSPENDED,
     JobOutcome,
     Outcome,
     missing_capability,
@@ -140,6 +142,11 @@ class JobRunner:
                 elapsed = time.monotonic() - started
                 if outcome.status in (RETRY.status, STOPPING.status):
                     return self._give_back(job, me, outcome)
+                if outcome is SUSPENDED:
+                    # The row says so already (one guarded write released it): no outcome to
+                    # record, the message is done; the answer puts the job back in the backlog.
+                    self._observer.on_suspended(job, elapsed)
+                    return JobOutcome(SUSPENDED.status)
                 self._observer.on_ran(job, elapsed)
                 recorded = self._record(job, me, runtime, outcome)
             self._observer.on_finished(job, me, recorded.label, elapsed)
@@ -206,6 +213,12 @@ class JobRunner:
             observer=self._observer,
             limits=limits,
             outage_budget_s=self._settings.outage_budget_seconds,
+            # A re-run observes the work it redoes: a resume (since its answer), a redelivery.
+            rerun_since_s=job.resumed_for_s
+            if job.resumed_for_s is not None
+            else 0.0
+            if job.attempts > 1
+            else None,
         )
 
     @contextlib.contextmanager
@@ -220,6 +233,13 @@ class JobRunner:
     # ---- run -------------------------------------------------------------------------------------
 
     def _run(self, spec: ToolSpec, job: ClaimedTask, runtime: Runtime, limits: JobLimits) -> Outcome:
+        """Call the tool and map what it returned or raised to an outcome; once the job gave its
+        slot back (suspend), whatever the tool did after that (a ``finally`` that raised) is
+        ``SUSPENDED``: the row is no longer this run's."""
+        outcome = self._outcome(spec, job, runtime, limits)
+        return SUSPENDED if runtime.suspended else outcome
+
+    def _outcome(self, spec: ToolSpec, job: ClaimedTask, runtime: Runtime, limits: JobLimits) -> Outcome:
         """Call the tool and map what it returned or raised to an outcome.
 
         One of the two places allowed ``except Exception``: tool code is not ours. A cancel is
@@ -227,9 +247,15 @@ class JobRunner:
         """
         ctx = self._context(job, runtime, limits)
         try:
-            with bind(ctx), running_tool(runtime):
-                value = _call(spec, ctx, job.arguments)
+            try:
+                with bind(ctx), running_tool(runtime):
+                    value = _call(spec, ctx, job.arguments)
+            finally:
+                if not runtime.suspended:
+                    runtime.reached_new_work()
             return Outcome(COMPLETED, result=self._bounded(to_call_tool_result(value)))
+        except JobSuspended:
+            return SUSPENDED
         except _TooLarge as exc:
             return Outcome(COMPLETED, result=error_result(str(exc)), kind="result_too_large", detail=str(exc))
         except TaskCancelled:

@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 from mcp_celery_tasks.errors import (
     InfrastructureError,
     InputTimedOut,
+    JobSuspended,
     SoftTimeLimitExceeded,
     TaskCancelled,
     WorkerStopping,
@@ -74,7 +75,12 @@ class RuntimeStore(Protocol):
         inbox: str,
         items: Sequence[dict[str, Any]],
         supersede: Sequence[str] = (),
+        may_suspend: bool = False,
     ) -> bool: ...
+
+    def suspend_now(self, task_id: str) -> bool: ...
+
+    def suspend(self, task_id: str, worker: str) -> bool: ...
 
     def input_state(self, task_id: str, worker: str, keys: Sequence[str]) -> tuple[bool, dict[str, Any]]: ...
 
@@ -116,6 +122,7 @@ class Runtime:
         outage_budget_s: float = 120.0,
         outage_backoff: Backoff = OUTAGE,
         inbox_down_poll_s: float = _POLL_S,
+        rerun_since_s: float | None = None,
     ) -> None:
         self.task_id = task_id
         self.job_id = job_id
@@ -144,6 +151,14 @@ class Runtime:
         self._stopping = False
         self._tool_done = False  # past the tool: the outcome is recorded whatever the signal
         self._inbox_down = False
+        self._suspend_after_s = limits.suspend_after_s if limits else None
+        # A re-run (a resume, a redelivery): ``rerun_since_s`` is how long ago the answer that
+        # resumed it was recorded (0 for a redelivery). Until the run reaches new work, each
+        # replayed answer moves ``_replayed_at``; the first new work observes the redo.
+        self._rerun_since = None if rerun_since_s is None else self._started - rerun_since_s
+        self._replayed_at: float | None = None
+        self.suspended = False
+        """The job gave its slot back (whatever the tool raised after that, the run is over)."""
 
     # ---- the soft time limit ------------------------------------------------------------------
 
@@ -337,19 +352,25 @@ class Runtime:
         """Make ``{key: (method, params, hash)}`` outstanding and block until all are answered.
 
         Answers recorded by an earlier run of the same job are returned at once; raises
-        ``TaskCancelled`` if the task stops being ours, ``InputTimedOut`` after ``timeout_s``.
+        ``TaskCancelled`` if the task stops being ours, ``InputTimedOut`` after ``timeout_s``,
+        and ``JobSuspended`` when the job gives its slot back instead of waiting on
+        (``suspend_after``, or other jobs of its queue waiting for a slot).
         """
         recorded = self._store_call(lambda: self._store.all_inputs(self.task_id), "reading input requests")
         plan = plan_ask(requests, recorded)
         pending = plan.pending
         if not pending:
+            if self._rerun_since is not None:
+                self._replayed_at = time.monotonic()
             return plan.answers
+        self.reached_new_work()
         inbox = self._inbox()
         self._declare(inbox)
+        may_suspend = self._suspend_after_s is not None
 
         def open_rows() -> bool:
             return self._store.open_inputs(
-                self.task_id, self.worker, inbox.name, plan.to_open, plan.supersede
+                self.task_id, self.worker, inbox.name, plan.to_open, plan.supersede, may_suspend
             )
 
         if not self._store_call(open_rows, "opening input requests"):
@@ -381,12 +402,26 @@ class Runtime:
             )
         self._inbox_down = True
 
+    def reached_new_work(self) -> None:
+        """The run is past what earlier runs did (a new question, the tool's end): a re-run
+        observes how long it took to get here (the work redone) and, for a resume, how long after
+        the answer it ran past the question."""
+        since, self._rerun_since = self._rerun_since, None
+        if since is None or self._replayed_at is None:
+            return
+        self._observer.on_replayed(
+            self.tool_name, redone_s=self._replayed_at - self._started, resumed_s=self._replayed_at - since
+        )
+
     def _wait(self, inbox: InboxWaiter, keys: list[str], deadline: float, timeout_s: float) -> dict[str, Any]:
         """Block until every one of ``keys`` (row keys) has an answer; the answers by row key."""
 
         def state() -> tuple[bool, dict[str, Any]]:
             return self._store.input_state(self.task_id, self.worker, keys)
 
+        since = time.monotonic()
+        suspend_at = None if self._suspend_after_s is None else since + self._suspend_after_s
+        next_look = since  # when to ask whether the queue needs the slot (at once, then every re-read)
         while True:
             self.check_stopping()
             mine, answers = self._store_call(state, "reading input answers")
@@ -395,6 +430,14 @@ class Runtime:
                 raise TaskCancelled("the task was cancelled")
             if all(key in answers for key in keys):
                 return answers
+            now = time.monotonic()
+            if suspend_at is not None and now >= min(suspend_at, next_look):
+                due = now >= suspend_at or self._needed()
+                next_look = now + _REREAD_S
+                if due:
+                    self._suspend()  # raises JobSuspended, unless an answer or a cap came first
+                    suspend_at = next_look  # refused: try again at the next re-read
+                    continue
             left = deadline - time.monotonic()
             if left <= 0:
                 self._store_call(
@@ -403,6 +446,8 @@ class Runtime:
                 )
                 raise InputTimedOut(f"Nobody answered the input request within {timeout_s:.0f} s")
             slice_s = min(left, _REREAD_S)
+            if suspend_at is not None:
+                slice_s = max(0.0, min(slice_s, min(suspend_at, next_look) - time.monotonic()))
             started = time.monotonic()
             try:
                 inbox.wait(self.task_id, slice_s)
@@ -411,3 +456,31 @@ class Runtime:
                 # A lost wake-up costs latency only: poll the row until the broker is back.
                 self._note_inbox_down(exc)
                 time.sleep(max(0.0, min(self._inbox_down_poll_s, slice_s - (time.monotonic() - started))))
+
+    # ---- suspend --------------------------------------------------------------------------------
+
+    def _needed(self) -> bool:
+        """Other jobs of the queue wait for a slot (or the principal holds its most resident
+        waits): give this one back at once. An unreadable answer is a no."""
+        try:
+            with self._uninterrupted():
+                return self._store.suspend_now(self.task_id)
+        except InfrastructureError:
+            return False
+
+    def _suspend(self) -> None:
+        """Give the slot back: the last status message lands first (the suspend releases the
+        row, so later writes of this run are refused), then one guarded write; if it took,
+        ``JobSuspended`` goes up through the tool to the runner. Refused (an answer landed, the
+        task was cancelled, or the principal has its most suspended tasks), the wait goes on."""
+        with contextlib.suppress(InfrastructureError):
+            self.flush()
+        try:
+            with self._uninterrupted():
+                suspended = self._store.suspend(self.task_id, self.worker)
+        except InfrastructureError:
+            return  # stay resident: the wait goes on, reading the row
+        if suspended:
+            self.suspended = True
+            self.mark_lost()  # nothing of this run may write any more
+            raise JobSuspended(f"job {self.job_id} gave its slot back waiting for input")

@@ -103,7 +103,17 @@ def test_a_worker_refuses_a_team_app_whose_visibility_timeout_is_below_an_input_
     app = Celery("team", broker="redis://127.0.0.1:1/0", set_as_current=False)
     app.conf.broker_transport_options = {"visibility_timeout": 300}
     with pytest.raises(SystemExit, match=r"t_unit_broker_waiter.*600 s.*Redis visibility_timeout is 300 s"):
-        check_input_timeouts(app, Settings(input_timeout_seconds=60))
+        check_input_timeouts(app, Settings(input_timeout_seconds=60, suspend_after_seconds=None))
+
+
+def test_a_worker_whose_tools_suspend_sooner_starts_whatever_their_input_timeout() -> None:
+    """A suspending job holds its slot (and the broker's message) only for ``suspend_after``: the
+    broker's limit bounds that, not the input timeout (issue 27, item 4)."""
+    app = Celery("team", broker="redis://127.0.0.1:1/0", set_as_current=False)
+    app.conf.broker_transport_options = {"visibility_timeout": 300}
+    check_input_timeouts(app, Settings(input_timeout_seconds=10**6, suspend_after_seconds=60))
+    with pytest.raises(SystemExit, match=r"t_unit_broker_waiter.*300 s.*suspend_after"):
+        check_input_timeouts(app, Settings(input_timeout_seconds=10**6, suspend_after_seconds=300))
 
 
 def test_a_worker_of_our_own_redis_app_has_no_visibility_timeout_to_fit() -> None:

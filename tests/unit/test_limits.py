@@ -11,7 +11,14 @@ from mcp_celery_tasks.tools.registry import get_tool, tool
 from mcp_celery_tasks.worker.limits import JobLimits
 
 
-@tool(name="l_bounded", time_limit=10, soft_time_limit=5, memory_limit_mb=100, input_timeout=30)
+@tool(
+    name="l_bounded",
+    time_limit=10,
+    soft_time_limit=5,
+    memory_limit_mb=100,
+    input_timeout=30,
+    suspend_after=None,
+)
 def l_bounded() -> None:
     """A tool with limits of its own."""
 
@@ -28,6 +35,7 @@ SETTINGS = Settings(
     input_timeout_seconds=900.0,
     sync_input_timeout_seconds=60.0,
     cancel_grace_seconds=7.0,
+    suspend_after_seconds=45.0,
 )
 
 
@@ -40,6 +48,7 @@ def test_a_tools_own_limits_win_over_the_settings() -> None:
         input_timeout_s=30,
         sync_input_timeout_s=60.0,
         cancel_grace_s=7.0,
+        suspend_after_s=None,
     )
 
 
@@ -53,6 +62,7 @@ def test_unset_limits_come_from_the_settings(name: str) -> None:
         input_timeout_s=900.0,
         sync_input_timeout_s=60.0,
         cancel_grace_s=7.0,
+        suspend_after_s=45.0,
     )
 
 
@@ -62,6 +72,26 @@ def test_a_synchronous_calls_input_wait_is_capped() -> None:
     assert limits.input_wait_s(task_augmented=False) == 60.0
     short = JobLimits.for_tool(get_tool("l_bounded"), SETTINGS)
     assert short.input_wait_s(task_augmented=False) == 30
+
+
+@tool(name="l_suspends_at_once", suspend_after=0)
+def l_suspends_at_once() -> None:
+    """A tool that gives its slot back as soon as it asks."""
+
+
+def test_a_job_holds_its_slot_for_input_at_most_until_it_suspends() -> None:
+    assert JobLimits.for_tool(get_tool("l_plain"), SETTINGS).resident_wait_s == 45.0
+    assert JobLimits.for_tool(get_tool("l_suspends_at_once"), SETTINGS).resident_wait_s == 0.0
+    # Staying resident (None), the input timeout is the whole wait.
+    assert JobLimits.for_tool(get_tool("l_bounded"), SETTINGS).resident_wait_s == 30
+    resident = Settings(input_timeout_seconds=900.0, suspend_after_seconds=None)
+    assert JobLimits.for_tool(get_tool("l_plain"), resident).resident_wait_s == 900.0
+
+
+@pytest.mark.parametrize("bad", [-1, "soon", True, float("nan")])
+def test_suspend_after_must_be_seconds_none_or_settings(bad: object) -> None:
+    with pytest.raises(ValueError, match="suspend_after must be"):
+        tool(name="l_bad_suspend", suspend_after=bad)(lambda: None)  # type: ignore[call-overload]
 
 
 def test_limits_are_frozen() -> None:

@@ -1,0 +1,244 @@
+"""Suspend (issue 27): a job waiting for a human gives its worker slot back, and the answer
+puts it back in the fair backlog; the tool runs again from the top and its question returns the
+recorded answer at once.
+
+Each test starts its own stack with one worker slot, two principals and a short
+``suspend_after``, on Redis and on RabbitMQ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from mcp_celery_tasks.broker.celery_app import create_app
+from mcp_celery_tasks.broker.profiles import profile_for
+from mcp_celery_tasks.settings import Settings
+from tests.support import (
+    AMQP_URL,
+    REDIS_URL,
+    TEST_TOOL_MODULES,
+    Client,
+    Proc,
+    meta,
+    rabbitmq_reachable,
+    stack_env,
+    start_api,
+    start_worker,
+    wait_until,
+)
+
+TOKENS = {"alice": "alice-secret", "bob": "bob-secret"}
+ELICITING = meta(True, elicitation={})
+TOOLS = json.dumps([*json.loads(TEST_TOOL_MODULES), "tests.fixtures.suspend"])
+
+
+@dataclass
+class SuspendStack:
+    url: str
+    database_url: str
+    env: dict[str, str]
+    marks: Path
+    api: Proc
+    worker: Proc
+
+    def client(self, who: str) -> Client:
+        return Client(self.url, token=TOKENS[who])
+
+    def row(self, task_id: str) -> dict[str, Any]:
+        with psycopg.connect(self.database_url, autocommit=True, row_factory=dict_row) as conn:
+            found = conn.execute("SELECT * FROM mcp_tasks WHERE task_id = %s", (task_id,)).fetchone()
+        assert found is not None
+        return found
+
+    def count(self, tag: str, event: str) -> int:
+        path = self.marks / f"{tag}.{event}"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def ask(client: Client, tool: str, tag: str) -> str:
+    reply = client.request("tools/call", {"name": tool, "arguments": {"tag": tag}, "_meta": ELICITING})
+    assert reply.result["resultType"] == "task", reply.body
+    return str(reply.result["taskId"])
+
+
+def accept(answer: str) -> dict[str, Any]:
+    return {"action": "accept", "content": {"answer": answer}}
+
+
+@contextlib.contextmanager
+def suspend_stack(broker: str, database_url: str, tmp_path: Path, **extra: str) -> Iterator[SuspendStack]:
+    if broker == "rabbitmq" and not rabbitmq_reachable():
+        pytest.skip("no RabbitMQ on this machine")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = stack_env(
+        database_url,
+        REDIS_URL if broker == "redis" else AMQP_URL,
+        "sp" + database_url.rsplit("_", 1)[-1],
+        **{
+            "MCP_TASKS_AUTH_TOKENS": json.dumps(TOKENS),
+            "MCP_TASKS_TOOL_MODULES": TOOLS,
+            "MCP_TASKS_SUSPEND_AFTER_SECONDS": "0.5",
+            "MCP_TASKS_MAX_WAITING_INPUTS_PER_PRINCIPAL": "1",
+            "MCP_TEST_SUSPEND_MARKS": str(marks),
+            **extra,
+        },
+    )
+    worker = start_worker("suspend-worker", env, concurrency=1)
+    api: Proc | None = None
+    try:
+        api, url = start_api("suspend-api", env)
+        stack = SuspendStack(url, database_url, env, marks, api, worker)
+        bob = stack.client("bob")
+        bob.wait_status(bob.start("noop"), timeout=60)  # the worker is up
+        bob.close()
+        yield stack
+    finally:
+        if api is not None:
+            api.stop()
+        worker.stop(timeout=20)
+
+
+def suspended(stack: SuspendStack, task_id: str) -> dict[str, Any] | None:
+    row = stack.row(task_id)
+    return row if row["suspended_at"] is not None else None
+
+
+def wait_suspended(stack: SuspendStack, task_id: str, timeout: float = 30) -> dict[str, Any]:
+    return wait_until(lambda: suspended(stack, task_id), timeout, 0.05, what="the job to suspend")
+
+
+def queue_depth(stack: SuspendStack) -> int | None:
+    settings = Settings(broker_url=stack.env["MCP_TASKS_BROKER_URL"])
+    app = create_app(settings)
+    try:
+        return profile_for(settings.broker_url).queue_depth(app, stack.env["MCP_TASKS_DEFAULT_QUEUE"])
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
+def test_suspended_jobs_free_the_only_slot_and_resume_with_their_answers(
+    broker: str, db_url: str, tmp_path: Path
+) -> None:
+    with suspend_stack(broker, db_url, tmp_path) as stack:
+        alice, bob = stack.client("alice"), stack.client("bob")
+        tags = [f"a{n}" for n in range(3)]
+        tasks = {tag: ask(alice, "sp_prework_ask", tag) for tag in tags}
+        for task_id in tasks.values():
+            row = wait_suspended(stack, task_id)
+            assert row["status"] == "input_required" and row["worker"] is None and row["lease_until"] is None
+            assert row["inbox"] is None and row["suspensions"] == 1
+            # Neither an attempt nor a redelivery: the claim's attempt was given back.
+            assert (row["attempts"], row["redeliveries"]) == (0, 0), row
+            task = alice.get(task_id).result
+            assert task["status"] == "input_required", task
+            assert list(task["inputRequests"]) == ["go"], task
+        # No message is held for a suspended job, and the one slot serves bob meanwhile.
+        assert queue_depth(stack) == 0
+        started = time.monotonic()
+        noops = [bob.start("noop") for _ in range(20)]
+        for task_id in noops:
+            assert bob.wait_status(task_id, timeout=60)["status"] == "completed"
+        bob_s = time.monotonic() - started
+        assert all(suspended(stack, task_id) for task_id in tasks.values())
+
+        for tag, task_id in tasks.items():
+            assert alice.update(task_id, {"go": accept(f"yes {tag}")}).status == 200
+        for tag, task_id in tasks.items():
+            done = alice.wait_status(task_id, timeout=60)
+            assert done["status"] == "completed", done
+            assert done["result"]["content"][0]["text"] == f"{tag}: yes {tag}", done
+            row = stack.row(task_id)
+            assert row["suspended_at"] is None and row["resumed_at"] is not None
+            assert (row["attempts"], row["redeliveries"], row["suspensions"]) == (1, 0, 1), row
+            # Ran twice from the top (before the suspend, after the answer); past the question once.
+            assert (stack.count(tag, "run"), stack.count(tag, "past-question")) == (2, 1)
+        print(f"\n{broker}: bob's 20 noops took {bob_s:.2f} s while alice's 3 tasks were suspended")
+
+
+def test_a_job_suspends_at_once_when_its_queue_has_work_waiting(db_url: str, tmp_path: Path) -> None:
+    # A long suspend_after: only the waiting work makes the job give its slot back.
+    with suspend_stack("redis", db_url, tmp_path, MCP_TASKS_SUSPEND_AFTER_SECONDS="600") as stack:
+        alice, bob = stack.client("alice"), stack.client("bob")
+        task_id = ask(alice, "sp_prework_ask", "busy")
+        wait_until(lambda: stack.row(task_id)["status"] == "input_required", 30, 0.05, what="the question")
+        time.sleep(1.5)
+        assert suspended(stack, task_id) is None  # nobody needs the slot: it stays resident
+        noop = bob.start("noop")
+        assert bob.wait_status(noop, timeout=30)["status"] == "completed"
+        assert wait_suspended(stack, task_id, timeout=10)["suspensions"] == 1
+        assert alice.update(task_id, {"go": accept("later")}).status == 200
+        assert alice.wait_status(task_id, timeout=30)["result"]["content"][0]["text"] == "busy: later"
+
+
+def test_a_tool_that_stays_resident_holds_its_slot(db_url: str, tmp_path: Path) -> None:
+    with suspend_stack("redis", db_url, tmp_path) as stack:
+        alice = stack.client("alice")
+        task_id = ask(alice, "sp_resident_ask", "resident")
+        wait_until(lambda: stack.row(task_id)["status"] == "input_required", 30, 0.05, what="the question")
+        time.sleep(1.5)  # three times suspend_after
+        row = stack.row(task_id)
+        assert row["suspended_at"] is None and row["worker"] is not None
+        assert alice.update(task_id, {"go": accept("here")}).status == 200
+        assert alice.wait_status(task_id, timeout=30)["result"]["content"][0]["text"] == "resident: here"
+        assert stack.count("resident", "run") == 1
+
+
+def test_cancel_answers_and_a_second_question_of_suspended_tasks(db_url: str, tmp_path: Path) -> None:
+    with suspend_stack("redis", db_url, tmp_path) as stack:
+        alice, bob = stack.client("alice"), stack.client("bob")
+        # Cancel while suspended: immediate (no process to stop); a late answer changes nothing.
+        gone = ask(alice, "sp_prework_ask", "gone")
+        wait_suspended(stack, gone)
+        assert alice.cancel(gone).status == 200
+        row = stack.row(gone)
+        assert row["status"] == "cancelled" and row["finished_at"] is not None, row
+        with psycopg.connect(stack.database_url, autocommit=True) as conn:
+            shown = conn.execute(
+                "SELECT status FROM mcp_tasks_overview WHERE task_id = %s", (gone,)
+            ).fetchone()
+        assert shown == ("cancelled",)  # not "stopping"
+        assert alice.update(gone, {"go": accept("too late")}).status == 200
+        time.sleep(1.0)
+        assert stack.row(gone)["status"] == "cancelled" and stack.count("gone", "run") == 1
+
+        # Another principal's answer, a key nobody asked, a malformed answer: nothing resumes.
+        task_id = ask(alice, "sp_two_questions", "two")
+        wait_suspended(stack, task_id)
+        foreign = bob.update(task_id, {"first": accept("bob")})
+        assert foreign.body["error"]["message"] == "Failed to retrieve task: Task not found", foreign.body
+        assert alice.update(task_id, {"nope": accept("x")}).status == 200
+        bad = alice.update(task_id, {"first": {"action": "accept", "content": {"answer": 5}}})
+        assert bad.body["error"]["code"] == -32602, bad.body
+        time.sleep(0.5)
+        row = stack.row(task_id)
+        assert row["suspended_at"] is not None and row["status"] == "input_required", row
+
+        # Two questions: the job suspends at each, and resumes past each with its answer.
+        assert alice.update(task_id, {"first": accept("x")}).status == 200
+        assert alice.update(task_id, {"first": accept("again")}).status == 200  # answered twice: ignored
+        second = wait_until(
+            lambda: (r := stack.row(task_id))["suspensions"] == 2 and r["suspended_at"] is not None,
+            30,
+            0.05,
+            what="the second suspend",
+        )
+        assert second
+        task = alice.get(task_id).result
+        assert list(task["inputRequests"]) == ["second"], task
+        assert alice.update(task_id, {"second": accept("y")}).status == 200
+        done = alice.wait_status(task_id, timeout=30)
+        assert done["result"]["content"][0]["text"] == "x+y", done
+        assert (stack.count("two", "run"), stack.count("two", "between")) == (3, 2)
+        assert stack.row(task_id)["attempts"] == 1
