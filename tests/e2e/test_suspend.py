@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -242,3 +245,49 @@ def test_cancel_answers_and_a_second_question_of_suspended_tasks(db_url: str, tm
         assert done["result"]["content"][0]["text"] == "x+y", done
         assert (stack.count("two", "run"), stack.count("two", "between")) == (3, 2)
         assert stack.row(task_id)["attempts"] == 1
+
+
+def _rabbit_consumer_timeout(ms: int | None = None) -> int | None:
+    """RabbitMQ's ``consumer_timeout`` (ms), set first when ``ms`` is given (new channels get it)."""
+    ctl = shutil.which("rabbitmqctl")
+    if ctl is None:
+        return None
+    if ms is not None:
+        subprocess.run([ctl, "eval", f"application:set_env(rabbit, consumer_timeout, {ms})."], check=True,
+                       capture_output=True, timeout=30)  # fmt: skip
+    shown = subprocess.run(
+        [ctl, "eval", "application:get_env(rabbit, consumer_timeout)."],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    found = re.search(r"\{ok,(\d+)\}", shown)
+    return int(found.group(1)) if found else None
+
+
+@pytest.mark.serial  # it lowers the broker's consumer timeout for every channel opened meanwhile
+def test_a_suspended_wait_outlives_the_brokers_consumer_timeout(db_url: str, tmp_path: Path) -> None:
+    """RabbitMQ closes the channel of a consumer that holds a message past ``consumer_timeout``
+    (30 min by default); a suspended job holds none, so its human may answer after lunch."""
+    if not rabbitmq_reachable():
+        pytest.skip("no RabbitMQ on this machine")
+    before = _rabbit_consumer_timeout()
+    if before is None:
+        pytest.skip("rabbitmqctl cannot reach the local RabbitMQ")
+    try:
+        assert _rabbit_consumer_timeout(3000) == 3000
+        limits = {"MCP_TASKS_RABBITMQ_CONSUMER_TIMEOUT_SECONDS": "3", "MCP_TASKS_INPUT_TIMEOUT_SECONDS": "2"}
+        with suspend_stack("rabbitmq", db_url, tmp_path, **limits) as stack:
+            alice, bob = stack.client("alice"), stack.client("bob")
+            task_id = ask(alice, "sp_prework_ask", "lunch")
+            wait_suspended(stack, task_id)
+            time.sleep(8.0)  # well past the broker's limit
+            assert bob.wait_status(bob.start("noop"), timeout=30)["status"] == "completed"
+            assert alice.update(task_id, {"go": accept("after lunch")}).status == 200
+            done = alice.wait_status(task_id, timeout=30)
+            assert done["result"]["content"][0]["text"] == "lunch: after lunch", done
+            row = stack.row(task_id)
+            assert (row["attempts"], row["redeliveries"]) == (1, 0), row
+            assert stack.count("lunch", "run") == 2
+    finally:
+        _rabbit_consumer_timeout(before)
