@@ -16,8 +16,10 @@ SELECT o.task_id, o.job_id, o.status, o.tool, o.owner, o.queue,
             ELSE o.status_message END AS status_message,
        o.created_at, o.age, o.runtime, o.attempts, o.outstanding_inputs, o.last_error, o.error_kind
 FROM mcp_tasks_overview o JOIN mcp_tasks t USING (task_id)
--- 'errored' (admins only): completed with isError, a tool error, crash or limit (error_kind).
+-- 'errored' (admins only): completed with isError, a tool error, crash or limit (error_kind);
+-- 'input_required' is every task waiting for input, resident or suspended.
 WHERE (%(status)s::text IS NULL OR o.status = %(status)s
+       OR (%(status)s = 'input_required' AND o.status = 'suspended')
        OR (%(status)s = 'errored' AND o.status = 'completed' AND o.error_kind IS NOT NULL))
   AND (%(tool)s::text IS NULL OR o.tool = %(tool)s)
   AND (%(owner)s::text IS NULL OR o.owner = %(owner)s)
@@ -74,10 +76,11 @@ SELECT o.queue, o.tool,
                         AND t.dispatched_at IS NOT NULL) AS queued,
        count(*) FILTER (WHERE o.status = 'working' AND t.dispatched_at IS NULL) AS backlog,
        count(*) FILTER (WHERE o.status = 'input_required') AS waiting_for_input,
+       count(*) FILTER (WHERE o.status = 'suspended') AS suspended,
        count(*) FILTER (WHERE o.status = 'stopping') AS stopping,
        max(o.runtime) FILTER (WHERE o.status IN ('working', 'input_required')) AS longest
 FROM mcp_tasks_overview o JOIN mcp_tasks t USING (task_id)
-WHERE o.status IN ('working', 'input_required', 'stopping')
+WHERE o.status IN ('working', 'input_required', 'suspended', 'stopping')
 GROUP BY o.queue, o.tool ORDER BY o.queue, o.tool
 """
 
@@ -86,9 +89,11 @@ GROUP BY o.queue, o.tool ORDER BY o.queue, o.tool
 ADMIN_PRINCIPALS: Final[LiteralString] = f"""
 SELECT queue, owner,
        count(*) FILTER (WHERE dispatched_at IS NULL) AS backlog,
-       count(*) FILTER (WHERE dispatched_at IS NOT NULL AND lease_until IS NULL) AS queued,
+       count(*) FILTER (WHERE dispatched_at IS NOT NULL AND lease_until IS NULL
+                        AND suspended_at IS NULL) AS queued,
        count(*) FILTER (WHERE lease_until IS NOT NULL AND status = 'working') AS running,
-       count(*) FILTER (WHERE status = 'input_required') AS waiting_for_input,
+       count(*) FILTER (WHERE status = 'input_required' AND suspended_at IS NULL) AS waiting_for_input,
+       count(*) FILTER (WHERE suspended_at IS NOT NULL) AS suspended,
        date_trunc('second', now() - min(created_at) FILTER (WHERE dispatched_at IS NULL)) AS oldest_waiting
 FROM mcp_tasks
 WHERE status IN {ACTIVE_SQL}

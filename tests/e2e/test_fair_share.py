@@ -65,6 +65,9 @@ def fair_stack(db_url: str) -> Iterator[FairStack]:
         MCP_TASKS_AUTH_TOKENS=json.dumps(TOKENS),
         MCP_TASKS_DISPATCH_AHEAD="2",
         MCP_TASKS_MAX_WAITING_INPUTS_PER_PRINCIPAL="1",
+        # Questions held resident (no suspend): this is the limit that protects the slots of
+        # tools that never suspend; tests/e2e/test_suspend.py covers the ones that do.
+        MCP_TASKS_SUSPEND_AFTER_SECONDS="",
     )
     worker = start_worker("fair-worker", env, concurrency=2)
     api: Proc | None = None

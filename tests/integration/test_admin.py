@@ -84,6 +84,24 @@ def test_tasks_cli_lists_filters_shows_and_purges(db_url: str) -> None:
     assert [row["task_id"] for row in json.loads(_cli(db_url, "ls", "--json").stdout)] == ["task-0"]
 
 
+def test_admins_see_suspended_tasks_as_suspended(db_url: str) -> None:
+    _seed(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE mcp_tasks SET suspended_at = now(), suspensions = 1 WHERE task_id = 'task-0'")
+    suspended = json.loads(_cli(db_url, "ls", "--status", "suspended", "--json").stdout)
+    assert [(row["task_id"], row["status"]) for row in suspended] == [("task-0", "suspended")]
+    # input_required lists every task waiting for input, resident or suspended.
+    waiting = json.loads(_cli(db_url, "ls", "--status", "input_required", "--json").stdout)
+    assert [row["task_id"] for row in waiting] == ["task-0"]
+    shown = json.loads(_cli(db_url, "show", "task-0", "--json").stdout)
+    assert shown["task"]["display_status"] == "suspended" and shown["task"]["suspensions"] == 1
+    screen = _cli(db_url, "top", "--once")
+    assert screen.returncode == 0, screen.stderr
+    assert "suspended" in screen.stdout
+    refused = _cli(db_url, "purge", "--status", "suspended", "--older-than", "0s", "--yes")
+    assert refused.returncode != 0 and "never purged" in refused.stdout + refused.stderr
+
+
 def test_tasks_top_once_shows_active_tasks_and_recent_failures(db_url: str) -> None:
     _seed(db_url)
     screen = _cli(db_url, "top", "--once")

@@ -55,9 +55,13 @@ admin_app.add_typer(limits_app, name="limits")
 console = Console()
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-STATUSES = ("working", "input_required", "completed", "failed", "cancelled", "stopping", "errored")
-"""``mcp_tasks_overview``'s statuses: the spec's five plus ``stopping`` (cancelled, job winding
-down); and for ``ls``, ``errored``: completed with a tool error, crash or limit."""
+STATUSES = (
+    "working", "input_required", "suspended", "completed", "failed", "cancelled", "stopping", "errored"
+)  # fmt: skip
+"""``mcp_tasks_overview``'s statuses: the spec's five plus ``suspended`` (input_required with no
+process: the job gave its slot back) and ``stopping`` (cancelled, job winding down); and for
+``ls``, ``errored``: completed with a tool error, crash or limit (``input_required`` lists the
+suspended ones too)."""
 PURGEABLE = ("completed", "failed", "cancelled")
 MIN_PREFIX = 6
 
@@ -271,7 +275,7 @@ def purge_tasks(
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask")] = False,
 ) -> None:
     """Delete finished tasks now, ahead of their expiry. Running tasks are never purged."""
-    if status in ("working", "input_required", "stopping"):
+    if status in ("working", "input_required", "suspended", "stopping"):
         fail(
             f"{status} tasks are still running and are never purged; cancel them first "
             f"(purge takes --status {', '.join(PURGEABLE)})",

@@ -161,22 +161,24 @@ def summary_view(
     latest failures."""
     table = Table(
         "queue", "tool", "running", "queued", "backlog", Column("waiting for input", no_wrap=True),
-        "stopping", "longest", title="active tasks (queued: in the broker; backlog: waiting its turn)",
+        "suspended", "stopping", "longest",
+        title="active tasks (queued: in the broker; backlog: waiting its turn; suspended: waiting, no slot)",
     )  # fmt: skip
     for row in active:
         table.add_row(
             row["queue"], row["tool"], str(row["running"]), str(row["queued"]), str(row.get("backlog", 0)),
-            str(row["waiting_for_input"]), str(row["stopping"]), fmt(row["longest"]),
+            str(row["waiting_for_input"]), str(row.get("suspended", 0)), str(row["stopping"]),
+            fmt(row["longest"]),
         )  # fmt: skip
     shares = Table(
         "queue", Column("principal", no_wrap=True, min_width=11), "running", "queued", "backlog",
-        Column("waiting for input", no_wrap=True), "waited",
+        Column("waiting for input", no_wrap=True), "suspended", "waited",
         title="per principal (fair dispatch)",
     )  # fmt: skip
     for row in principals or []:
         shares.add_row(
             row["queue"], row["owner"], str(row["running"]), str(row["queued"]), str(row["backlog"]),
-            str(row["waiting_for_input"]), fmt(row["oldest_waiting"]),
+            str(row["waiting_for_input"]), str(row.get("suspended", 0)), fmt(row["oldest_waiting"]),
         )  # fmt: skip
     failed = Table("job", "tool", "when", "kind", "error", title="recent failures")
     for row in failures:
@@ -193,7 +195,8 @@ def summary_view(
 SHOW_FIELDS = (
     "task_id", "job_id", "display_status", "tool_name", "owner", "queue", "status_message",
     "place_in_line", "created_at", "dispatched_at", "started_at", "finished_at", "wait_before_start",
-    "runtime", "attempts", "max_attempts", "worker", "lease_until", "expires_at", "arguments",
+    "runtime", "attempts", "max_attempts", "redeliveries", "suspensions", "suspended_at", "resumed_at",
+    "worker", "lease_until", "expires_at", "arguments",
     "preflight", "result", "error", "error_kind", "error_message", "stop_reason",
 )  # fmt: skip
 
