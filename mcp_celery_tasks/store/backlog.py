@@ -199,9 +199,12 @@ SELECT COALESCE(l.max_waiting_inputs, %(max_waiting)s) AS max_waiting,
         WHERE w.queue = t.queue AND w.owner = t.owner AND w.status = 'input_required'
           AND w.suspended_at IS NULL AND w.task_id <> t.task_id) AS waiting,
        %(max_suspended)s AS max_suspended,
-       (SELECT count(*) FROM mcp_tasks s
-        WHERE s.owner = t.owner AND s.suspended_at IS NOT NULL
-          AND s.status IN ('working', 'input_required')) AS suspended,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM mcp_tasks s
+            WHERE s.owner = t.owner AND s.suspended_at IS NOT NULL
+              AND s.status IN ('working', 'input_required')
+            LIMIT GREATEST(%(max_suspended)s, 0)
+        ) capped) AS suspended,
        t.queue
 FROM mcp_tasks t LEFT JOIN mcp_principal_limits l ON l.principal = t.owner
 WHERE t.task_id = %(task_id)s

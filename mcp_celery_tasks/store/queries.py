@@ -303,9 +303,13 @@ WHERE task_id = %(task_id)s AND worker = %(worker)s AND status = '{INPUT_REQUIRE
   AND cancel_requested_at IS NULL
   AND EXISTS (SELECT 1 FROM mcp_task_inputs i
               WHERE i.task_id = %(task_id)s AND i.response IS NULL AND NOT i.superseded)
+  -- Counted up to the cap only (a principal with 10,000 suspended tasks costs no more).
   AND (%(max_suspended)s <= 0 OR (
-      SELECT count(*) FROM mcp_tasks s
-      WHERE s.owner = mcp_tasks.owner AND s.suspended_at IS NOT NULL AND s.status IN {ACTIVE_SQL}
+      SELECT count(*) FROM (
+          SELECT 1 FROM mcp_tasks s
+          WHERE s.owner = mcp_tasks.owner AND s.suspended_at IS NOT NULL AND s.status IN {ACTIVE_SQL}
+          LIMIT %(max_suspended)s
+      ) capped
   ) < %(max_suspended)s)
 RETURNING task_id
 """

@@ -51,7 +51,7 @@ class Side(Protocol):
         ...
 
     def row(self, task_id: str) -> dict[str, Any]:
-        """``status``, ``status_message``, ``result``, ``error`` and ``worker`` of the row."""
+        """``status``, ``status_message``, ``result``, ``error``, ``worker`` and ``suspended``."""
         ...
 
 
@@ -90,7 +90,8 @@ class PostgresSide:
 
     def row(self, task_id: str) -> dict[str, Any]:
         found = self._db.execute(
-            "SELECT status, status_message, result, error, worker FROM mcp_tasks WHERE task_id = %s",
+            "SELECT status, status_message, result, error, worker, suspended_at IS NOT NULL AS suspended"
+            " FROM mcp_tasks WHERE task_id = %s",
             (task_id,),
         ).fetchone()
         assert found is not None
@@ -123,6 +124,7 @@ class MemorySide:
             "result": row.result,
             "error": row.error,
             "worker": row.worker,
+            "suspended": row.suspended_at is not None,
         }
 
 
@@ -323,3 +325,70 @@ def test_a_cancel_leaves_no_request_outstanding(side: Side) -> None:
     side.answer(task_id, "go", ACCEPT)
     record = side.store.all_inputs(task_id)["go"]
     assert record.response is None and record.superseded
+
+
+# ---- suspend --------------------------------------------------------------------------------------
+
+
+def test_a_suspended_job_frees_its_lease_and_runs_again_once_answered(side: Side) -> None:
+    task_id, job_id = side.add()
+    assert side.store.claim(job_id, ME, LEASE_S) is not None
+    assert side.store.open_inputs(task_id, ME, INBOX, [question("go")], may_suspend=True)
+    assert side.store.suspend(task_id, ME)
+    row = side.row(task_id)
+    assert (row["status"], row["worker"], row["suspended"]) == ("input_required", None, True)
+    assert not side.store.suspend(task_id, ME)  # not ours any more
+    assert not side.store.report(task_id, ME, "late")
+    assert side.store.claim(job_id, RIVAL, LEASE_S) is None  # a stray delivery runs nothing
+    state = side.store.job_state(job_id)
+    assert state is not None and state["attempts"] == 0  # the suspended run was no attempt
+
+    side.answer(task_id, "go", ACCEPT)
+    row = side.row(task_id)
+    assert (row["status"], row["suspended"]) == ("working", False)
+    job = side.store.claim(job_id, RIVAL, LEASE_S)
+    assert job is not None and job.attempts == 1 and job.resumed_for_s is not None
+    assert side.store.all_inputs(task_id)["go"].response == ACCEPT
+
+
+def test_a_job_is_not_suspended_once_answered_or_cancelled(side: Side) -> None:
+    answered = claimed(side)
+    assert side.store.open_inputs(answered, ME, INBOX, [question("go")], may_suspend=True)
+    side.answer(answered, "go", ACCEPT)
+    assert not side.store.suspend(answered, ME)
+    assert side.row(answered)["worker"] == ME  # still resident: it reads its answer
+    cancelled = claimed(side)
+    assert side.store.open_inputs(cancelled, ME, INBOX, [question("go")], may_suspend=True)
+    side.cancel(cancelled)
+    assert not side.store.suspend(cancelled, ME)
+
+
+def test_a_partial_answer_keeps_the_task_suspended(side: Side) -> None:
+    task_id, job_id = side.add()
+    assert side.store.claim(job_id, ME, LEASE_S) is not None
+    assert side.store.open_inputs(
+        task_id, ME, INBOX, [question("a"), question("b", "And?")], may_suspend=True
+    )
+    assert side.store.suspend(task_id, ME)
+    side.answer(task_id, "a", ACCEPT)
+    assert side.row(task_id)["suspended"] and side.store.claim(job_id, ME, LEASE_S) is None
+    side.answer(task_id, "b", ACCEPT)
+    assert side.store.claim(job_id, ME, LEASE_S) is not None
+
+
+@tool(name="contract_asks_at_once", suspend_after=0)
+def asks_at_once(ctx: TaskContext, seconds: float, label: str) -> str:
+    answer = ctx.elicit("Go on?", {"type": "object", "properties": {"ok": {"type": "boolean"}}}, key="go")
+    return f"{label}: {answer.action}"
+
+
+def test_the_job_runner_suspends_and_resumes_on_either_store(side: Side) -> None:
+    task_id, job_id = side.add(tool_name="contract_asks_at_once")
+    settings = Settings(report_min_interval_seconds=0.0, strict_input_capabilities=False)
+    runner = JobRunner(side.store, settings, MemoryInbox)
+    assert runner.run(job_id).status == "suspended"
+    assert side.row(task_id)["suspended"] and side.row(task_id)["worker"] is None
+    assert runner.run(job_id).status == "skipped"  # a stray delivery while suspended
+    side.answer(task_id, "go", ACCEPT)
+    assert runner.run(job_id).status == "completed"
+    assert side.row(task_id)["result"]["content"][0]["text"] == "x: accept"
