@@ -3,17 +3,19 @@ thread. Against the in-memory store double: no Postgres, no broker."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from mcp_celery_tasks import TaskCancelled
-from mcp_celery_tasks.errors import InputTimedOut
+from mcp_celery_tasks.errors import InputTimedOut, JobSuspended
 from mcp_celery_tasks.store.records import InputRecord
 from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, Row
 from mcp_celery_tasks.tools.inputs import ELICIT, elicit_params, params_hash
 from mcp_celery_tasks.transient import Backoff
 from mcp_celery_tasks.worker.leases import LeaseKeeper
+from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.runtime import Runtime
 from tests.support import wait_until
 
@@ -221,6 +223,69 @@ def test_an_unanswered_ask_times_out_and_its_keys_are_superseded() -> None:
     with pytest.raises(InputTimedOut):
         runtime_for(store, row).ask({"q": question("Sure?")}, 0.05)
     assert row.inputs["q"].superseded and row.status == "working"
+
+
+# ---- suspend ------------------------------------------------------------------------------------
+
+
+def limits(suspend_after_s: float | None) -> JobLimits:
+    return JobLimits(None, None, None, 60.0, 60.0, 5.0, suspend_after_s)
+
+
+def test_a_wait_past_suspend_after_gives_the_slot_back() -> None:
+    store = MemoryStore()
+    row = claimed_row(store)
+    runtime = runtime_for(store, row, limits=limits(0.05))
+    with pytest.raises(JobSuspended):
+        runtime.ask({"q": question("Sure?")}, 5.0)
+    assert runtime.suspended and runtime.lost
+    assert (row.worker, row.suspended_at is not None, row.attempts, row.status) == (
+        None,
+        True,
+        0,
+        "input_required",
+    )
+
+
+def test_a_wait_suspends_at_once_when_the_queue_needs_the_slot() -> None:
+    store = MemoryStore()
+    store.demand = True
+    row = claimed_row(store)
+    started = time.monotonic()
+    with pytest.raises(JobSuspended):
+        runtime_for(store, row, limits=limits(600.0)).ask({"q": question("Sure?")}, 5.0)
+    assert time.monotonic() - started < 1.0
+
+
+def test_an_answer_before_suspend_after_keeps_the_job_resident() -> None:
+    store = MemoryStore()
+    row = claimed_row(store)
+    inbox = MemoryInbox(lambda task_id: store.answer(task_id, "q", ACCEPT))
+    assert runtime_for(store, row, inbox, limits=limits(600.0)).ask({"q": question("Sure?")}, 5.0) == {
+        "q": ACCEPT
+    }
+    assert row.suspended_at is None and row.worker == ME
+
+
+def test_a_job_that_stays_resident_never_suspends() -> None:
+    store = MemoryStore()
+    store.demand = True
+    row = claimed_row(store)
+    with pytest.raises(InputTimedOut):
+        runtime_for(store, row, limits=limits(None)).ask({"q": question("Sure?")}, 0.2)
+    assert "suspend" not in store.calls and "suspend_now" not in store.calls
+
+
+def test_a_refused_suspend_waits_on_without_spinning() -> None:
+    """The principal has its most suspended tasks: the job stays resident and keeps waiting, asking
+    again at each re-read (every few seconds), not in a tight loop."""
+    store = MemoryStore(max_suspended=1)
+    other = store.add("other")
+    other.suspended_at = 0.0
+    row = claimed_row(store)
+    with pytest.raises(InputTimedOut):
+        runtime_for(store, row, limits=limits(0.0)).ask({"q": question("Sure?")}, 0.5)
+    assert store.calls.count("suspend") == 1 and row.worker == ME
 
 
 # ---- the lease thread ----------------------------------------------------------------------------
