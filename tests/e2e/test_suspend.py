@@ -26,9 +26,11 @@ from psycopg.rows import dict_row
 from mcp_celery_tasks.broker.celery_app import create_app
 from mcp_celery_tasks.broker.profiles import profile_for
 from mcp_celery_tasks.settings import Settings
+from tests.e2e.test_legacy import mcp1_python  # noqa: F401 - the 2025-11-25 client's venv
 from tests.support import (
     AMQP_URL,
     REDIS_URL,
+    ROOT,
     TEST_TOOL_MODULES,
     Client,
     Proc,
@@ -291,3 +293,49 @@ def test_a_suspended_wait_outlives_the_brokers_consumer_timeout(db_url: str, tmp
             assert stack.count("lunch", "run") == 2
     finally:
         _rabbit_consumer_timeout(before)
+
+
+def test_a_synchronous_call_suspends_between_its_mrtr_rounds(db_url: str, tmp_path: Path) -> None:
+    """2026-07-28 without the tasks extension: the first round answers input_required; the job
+    suspends while the client is away; the retry's answer resumes it and gets the result."""
+    with suspend_stack("redis", db_url, tmp_path) as stack:
+        alice = stack.client("alice")
+        params = {
+            "name": "sp_prework_ask",
+            "arguments": {"tag": "mrtr"},
+            "_meta": meta(False, elicitation={}),
+        }
+        first = alice.request("tools/call", params).result
+        assert first["resultType"] == "input_required", first
+        with psycopg.connect(stack.database_url, autocommit=True) as conn:
+            (task_id,) = conn.execute(
+                "SELECT task_id FROM mcp_tasks WHERE tool_name = 'sp_prework_ask'"
+            ).fetchone()
+        wait_suspended(stack, task_id)
+        retry = alice.request(
+            "tools/call",
+            {**params, "inputResponses": {"go": accept("sync")}, "requestState": first["requestState"]},
+        )
+        assert retry.result["resultType"] == "complete", retry.body
+        assert retry.result["content"][0]["text"] == "mrtr: sync"
+        assert (stack.count("mrtr", "run"), stack.row(task_id)["suspensions"]) == (2, 1)
+
+
+def test_a_2025_11_25_client_answers_after_the_job_suspended(
+    db_url: str,
+    tmp_path: Path,
+    mcp1_python: str,  # noqa: F811
+) -> None:
+    with suspend_stack("redis", db_url, tmp_path) as stack:
+        run = subprocess.run(
+            [mcp1_python, str(ROOT / "tests" / "e2e" / "legacy" / "mcp1_suspend_client.py"),
+             stack.url, TOKENS["alice"], "2.0"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert json.loads(run.stdout.splitlines()[-1]) == {"text": "legacy: legacy", "isError": False}
+        with psycopg.connect(stack.database_url, autocommit=True) as conn:
+            (suspensions,) = conn.execute(
+                "SELECT suspensions FROM mcp_tasks WHERE tool_name = 'sp_prework_ask'"
+            ).fetchone()
+        assert suspensions == 1 and stack.count("legacy", "run") == 2
