@@ -92,7 +92,7 @@ def detailed(view: TaskView) -> DetailedTaskResult:
     elif record.status == FAILED:
         task.error = dict(record.error or {"code": codes.INTERNAL_ERROR, "message": "The task failed"})
     elif record.status == INPUT_REQUIRED:
-        task.input_requests = view.input_requests
+        task.input_requests = dict(view.input_requests)
     return task
 
 
