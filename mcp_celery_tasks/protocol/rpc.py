@@ -128,7 +128,7 @@ def result_body(
         # Merged into a copy (the caller's result and its ``_meta`` stay as they were); the keys
         # keep their order, an added ``_meta`` or serverInfo comes last.
         meta = result.get("_meta", {})
-        if not isinstance(meta, Mapping):
+        if not isinstance(meta, dict):  # JSON: a dict (not the slower Mapping check)
             raise TypeError(f"a result's _meta must be an object, not {type(meta).__name__}")
         result = {**result, "_meta": {**meta, SERVER_INFO_META_KEY: server_info}}
     # mcp_types.jsonrpc.JSONRPCResponse's shape, built as a dict: the result is already a JSON
