@@ -35,9 +35,10 @@ knows its JSON-RPC code.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from mcp_types import jsonrpc as codes
+
+from mcp_celery_tasks.json_types import JSONObject, JSONValue
 
 __all__ = [
     "BrokerUnreachable",
@@ -77,13 +78,14 @@ class ProtocolError(McpTasksError):
     code: int = codes.INTERNAL_ERROR
     http_status: int = 200
 
-    def __init__(self, message: str, data: Any = None) -> None:
+    def __init__(self, message: str, data: JSONValue = None) -> None:
         super().__init__(message)
         self.message = message
         self.data = data
 
-    def to_error(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
+    def to_error(self) -> JSONObject:
+        """The JSON-RPC error object: ``code``, ``message`` and, when there is any, ``data``."""
+        error: JSONObject = {"code": self.code, "message": self.message}
         if self.data is not None:
             error["data"] = self.data
         return error
@@ -119,7 +121,7 @@ class MissingCapability(ProtocolError):
     http_status = 400
 
     def __init__(
-        self, message: str = "Missing required client capability", required: dict[str, Any] | None = None
+        self, message: str = "Missing required client capability", required: JSONObject | None = None
     ) -> None:
         needed = required if required is not None else {"extensions": {TASKS_EXTENSION: {}}}
         super().__init__(message, {"requiredCapabilities": needed})
@@ -145,7 +147,7 @@ class QuotaExceeded(ProtocolError):
     def __init__(
         self, message: str, *, limit: str, maximum: float, retry_after_s: float | None = None
     ) -> None:
-        data: dict[str, Any] = {"limit": limit, "max": maximum}
+        data: JSONObject = {"limit": limit, "max": maximum}
         if retry_after_s is not None:
             data["retryAfterMs"] = max(1, int(retry_after_s * 1000))
         super().__init__(message, data)
@@ -228,14 +230,15 @@ class TooManyWaiting(ToolError):
 class McpError(McpTasksError):
     """Raise from a tool to end the task ``failed`` with this JSON-RPC error."""
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str, data: JSONValue = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
 
-    def to_error(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
+    def to_error(self) -> JSONObject:
+        """The JSON-RPC error object the failed task records: ``code``, ``message``, ``data``?"""
+        error: JSONObject = {"code": self.code, "message": self.message}
         if self.data is not None:
             error["data"] = self.data
         return error

@@ -17,6 +17,8 @@ from pydantic import Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from mcp_celery_tasks.json_types import JSONValue
+
 __all__ = ["API_ONLY_SECRETS", "Settings", "get_settings", "markdown_table"]
 
 PREFIX = "MCP_TASKS_"
@@ -37,8 +39,8 @@ class FileSecretsSource(PydanticBaseSettingsSource):
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False  # unused: __call__ reads every field at once
 
-    def __call__(self) -> dict[str, Any]:
-        values: dict[str, Any] = {}
+    def __call__(self) -> dict[str, JSONValue]:
+        values: dict[str, JSONValue] = {}
         for name, field in self.settings_cls.model_fields.items():
             variable = f"{PREFIX}{name.upper()}"
             path = os.environ.get(f"{variable}_FILE")
@@ -54,17 +56,21 @@ class FileSecretsSource(PydanticBaseSettingsSource):
         return values
 
 
-def _decode(text: str, annotation: Any, source: str) -> Any:
+def _decode(text: str, annotation: object, source: str) -> JSONValue:
+    """A file's text as the setting's value: JSON for a list or a mapping, else the text."""
     origin = typing.get_origin(annotation)
+    value: JSONValue
     if origin is list:
         if text.startswith("["):
-            return json.loads(text)
+            value = json.loads(text)
+            return value
         return [line.strip() for line in text.splitlines() if line.strip()]
     if origin is dict:
         try:
-            return json.loads(text)
+            value = json.loads(text)
         except ValueError:
             raise ValueError(f"{source}: the file must hold a JSON object") from None
+        return value
     return text
 
 

@@ -4,13 +4,18 @@ Core models come from ``mcp_types``; its task models are the old SEP-1686 shapes
 ``task``, ``ttl``, ``tasks/result``), so the SEP-2663 shapes are defined here with names that
 say so: ``TaskCreated`` is SEP-2663's ``CreateTaskResult``, ``DetailedTaskResult`` its
 ``GetTaskResult``. Spec names travel through camelCase aliases.
+
+A field holding open JSON (a tool's arguments or result, ``_meta``, capabilities) is a
+``dict[str, object]``: pydantic checks that it is an object and keeps its values as they are
+(``object`` validates like ``Any``), and code reading a value narrows it first.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
@@ -24,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from mcp_celery_tasks.errors import TASKS_EXTENSION
+from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.lifecycle import Status
 
 __all__ = [
@@ -92,8 +98,8 @@ class RequestMeta(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     protocol_version: str = Field(alias=PROTOCOL_VERSION_META_KEY)
-    client_capabilities: dict[str, Any] = Field(alias=CLIENT_CAPABILITIES_META_KEY)
-    client_info: dict[str, Any] | None = Field(default=None, alias=CLIENT_INFO_META_KEY)
+    client_capabilities: dict[str, object] = Field(alias=CLIENT_CAPABILITIES_META_KEY)
+    client_info: dict[str, object] | None = Field(default=None, alias=CLIENT_INFO_META_KEY)
     log_level: LoggingLevel | None = Field(default=None, alias=LOG_LEVEL_META_KEY)
     """The lowest log level the caller wants as ``notifications/message`` on this request; absent,
     the server MUST NOT send any (2026-07-28). A 2025-11-25 session's ``logging/setLevel``."""
@@ -113,8 +119,8 @@ class PagedParams(MetaParams):
 
 class CallToolParams(MetaParams):
     name: str
-    arguments: dict[str, Any] | None = None
-    input_responses: dict[str, Any] | None = None
+    arguments: dict[str, object] | None = None
+    input_responses: dict[str, object] | None = None
     request_state: str | None = None
     # ``task`` (SEP-1686's opt-in) is deliberately not a field: SEP-2663 says servers MUST
     # ignore it, so it lands in the extras and nothing reads it.
@@ -125,7 +131,7 @@ class TaskIdParams(MetaParams):
 
 
 class TaskUpdateParams(TaskIdParams):
-    input_responses: dict[str, Any]
+    input_responses: dict[str, object]
 
 
 class ListenFilter(WireModel):
@@ -143,13 +149,13 @@ class LegacyParams(WireModel):
     """Params of a 2025-11-25 request: ``_meta`` is free-form there (``progressToken`` …)."""
 
     model_config = ConfigDict(extra="allow")
-    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+    meta: dict[str, object] | None = Field(default=None, alias="_meta")
 
 
 class LegacyCallToolParams(LegacyParams):
     name: str
-    arguments: dict[str, Any] | None = None
-    task: dict[str, Any] | None = None
+    arguments: dict[str, object] | None = None
+    task: dict[str, object] | None = None
     """SEP-1686's opt-in to a task (``{"ttl": ms}``); the server advertised tasks.requests."""
 
 
@@ -181,17 +187,17 @@ class TaskCreated(_TaskFields):
     """SEP-2663 ``CreateTaskResult``: flat ``Result & Task`` with ``resultType: "task"``."""
 
     result_type: Literal["task"] = "task"
-    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+    meta: dict[str, object] | None = Field(default=None, alias="_meta")
 
 
 class DetailedTaskResult(_TaskFields):
     """SEP-2663 ``GetTaskResult``: the DetailedTask with ``resultType: "complete"``."""
 
     result_type: Literal["complete"] = "complete"
-    input_requests: dict[str, Any] | None = None
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+    input_requests: dict[str, object] | None = None
+    result: dict[str, object] | None = None
+    error: dict[str, object] | None = None
+    meta: dict[str, object] | None = Field(default=None, alias="_meta")
 
 
 class InputRequired(WireModel):
@@ -199,7 +205,7 @@ class InputRequired(WireModel):
     for the retry. The requests are passed through as the tool asked them."""
 
     result_type: Literal["input_required"] = "input_required"
-    input_requests: dict[str, Any]
+    input_requests: dict[str, object]
     request_state: str | None = None
 
 
@@ -207,15 +213,15 @@ class EmptyAck(WireModel):
     """The empty acknowledgement of tasks/update and tasks/cancel."""
 
     result_type: Literal["complete"] = "complete"
-    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
+    meta: dict[str, object] | None = Field(default=None, alias="_meta")
 
 
 _ALWAYS = frozenset({"ttlMs"})  # required on the wire even when null
 
 
-def dump(model: BaseModel) -> dict[str, Any]:
+def dump(model: BaseModel) -> JSONObject:
     """Serialize by alias without nulls, keeping the keys the spec requires even when null."""
-    data = model.model_dump(by_alias=True, exclude_none=True, mode="json")
+    data: JSONObject = model.model_dump(by_alias=True, exclude_none=True, mode="json")
     for alias in _always(type(model)):
         if alias not in data:
             data[alias] = None
@@ -234,7 +240,7 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"  # drops "+00:00"
 
 
-def declares_tasks(capabilities: dict[str, Any] | None) -> bool:
+def declares_tasks(capabilities: Mapping[str, object] | None) -> bool:
     """Whether a request's client capabilities declare the tasks extension.
 
     The key's presence is the declaration (SPEC-CHECKLIST Q-15); the legacy ``tasks`` slot
@@ -246,7 +252,7 @@ def declares_tasks(capabilities: dict[str, Any] | None) -> bool:
     return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
 
 
-def progress_token(meta: dict[str, Any] | None) -> str | int | None:
+def progress_token(meta: Mapping[str, object] | None) -> str | int | None:
     """A request's ``_meta.progressToken`` (a string or an integer), or None: then no
     ``notifications/progress`` may refer to the request."""
     token = (meta or {}).get("progressToken")

@@ -11,16 +11,25 @@ from __future__ import annotations
 
 import hmac
 from functools import cached_property
-from typing import Any
+from typing import Any, TypedDict
 
 import jwt
 
 from mcp_celery_tasks.settings import Settings
 
-__all__ = ["ANONYMOUS", "Authenticator", "Unauthorized"]
+__all__ = ["ANONYMOUS", "Authenticator", "ResourceMetadata", "Unauthorized"]
 
 ANONYMOUS = "anon"
 METADATA_PATH = "/.well-known/oauth-protected-resource"
+
+
+class ResourceMetadata(TypedDict):
+    """RFC 9728 protected-resource metadata: the fields we publish."""
+
+    resource: str
+    authorization_servers: list[str]
+    bearer_methods_supported: list[str]
+    resource_name: str
 
 
 class Unauthorized(Exception):
@@ -88,7 +97,7 @@ class Authenticator:
     def metadata_url(self, base_url: str) -> str:
         return (self.settings.resource_url or base_url).rstrip("/").removesuffix("/mcp") + METADATA_PATH
 
-    def metadata(self, base_url: str) -> dict[str, Any]:
+    def metadata(self, base_url: str) -> ResourceMetadata:
         """RFC 9728 protected-resource metadata, as the MCP authorization spec asks for."""
         resource = self.settings.resource_url or base_url.rstrip("/") + "/mcp"
         return {

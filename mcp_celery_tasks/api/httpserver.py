@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import resource
 from collections import Counter
-from typing import Any
+from typing import Any, TypedDict
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -97,12 +97,24 @@ def raise_fd_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
+class _UvicornOptions(TypedDict):
+    """The ``uvicorn.run`` options ``serve`` passes for one worker or many."""
+
+    host: str
+    port: int
+    log_level: str
+    access_log: bool
+    http: type[GuardedProtocol] | str
+    timeout_keep_alive: int
+    backlog: int
+
+
 def serve(app: Any, settings: Settings, *, host: str, port: int, workers: int, log_level: str) -> None:
     """Run uvicorn with the guarded protocol: ``app`` is the ASGI app, or for ``workers > 1`` an
     import string of a factory (each worker process builds its own app from the environment)."""
     raise_fd_limit()
     GuardedProtocol.limits = settings
-    options: dict[str, Any] = {
+    options: _UvicornOptions = {
         "host": host,
         "port": port,
         "log_level": log_level,

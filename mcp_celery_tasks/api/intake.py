@@ -11,10 +11,12 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from typing import Any, NoReturn
 
 from mcp_celery_tasks.errors import InvalidRequest, ParseError, ProtocolError
+from mcp_celery_tasks.json_types import JSONValue
 from mcp_celery_tasks.protocol import rpc
+from mcp_celery_tasks.protocol.shapes import RequestId
 from mcp_celery_tasks.settings import Settings
 
 __all__ = [
@@ -51,7 +53,7 @@ class Disconnected(Exception):
 class Refused(Exception):
     """The request is answered before dispatch (too large, not JSON, not storable)."""
 
-    def __init__(self, status: int, error: ProtocolError, request_id: Any = None) -> None:
+    def __init__(self, status: int, error: ProtocolError, request_id: RequestId | None = None) -> None:
         super().__init__(str(error))
         self.status = status
         self.error = error
@@ -133,14 +135,16 @@ async def read_body(receive: Receive, declared: str | None, limit: int) -> bytes
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _no_constants(name: str) -> Any:
+def _no_constants(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")  # NaN and Infinity are JavaScript, not JSON
 
 
 _DECODER = json.JSONDecoder(parse_constant=_no_constants)
 
 
-async def parsed_body(receive: Receive, declared: str | None, settings: Settings, budget: BodyBudget) -> Any:
+async def parsed_body(
+    receive: Receive, declared: str | None, settings: Settings, budget: BodyBudget
+) -> JSONValue:
     """The JSON body, refused (``Refused``) when too large, not JSON or not storable. A body that
     declares more than ``LARGE_BODY`` bytes (or declares nothing) is read and parsed within
     ``budget`` (``Busy`` when it stays full)."""
@@ -149,7 +153,7 @@ async def parsed_body(receive: Receive, declared: str | None, settings: Settings
         return await _parse(receive, declared, settings)
 
 
-async def _parse(receive: Receive, declared: str | None, settings: Settings) -> Any:
+async def _parse(receive: Receive, declared: str | None, settings: Settings) -> JSONValue:
     raw = await read_body(receive, declared, settings.max_body_bytes)
     if raw is None:
         raise Refused(413, InvalidRequest(f"Request body larger than {settings.max_body_bytes} bytes"))
@@ -161,13 +165,12 @@ async def _parse(receive: Receive, declared: str | None, settings: Settings) -> 
         )
         raise Refused(413, tooling)
     try:
-        body = _DECODER.decode(raw.decode("utf-8-sig"))  # RFC 8259: UTF-8; a BOM may be ignored
+        body: JSONValue = _DECODER.decode(raw.decode("utf-8-sig"))  # RFC 8259: UTF-8; a BOM may be ignored
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise Refused(400, ParseError("Parse error: the body is not valid JSON")) from None
     problem = rpc.unstorable(body)
     if problem is not None:
-        request_id = body.get("id") if isinstance(body, dict) else None
-        if rpc.unstorable(request_id) is not None or not rpc.valid_id(request_id):
-            request_id = None
+        raw_id = body.get("id") if isinstance(body, dict) else None
+        request_id = raw_id if rpc.unstorable(raw_id) is None and rpc.valid_id(raw_id) else None
         raise Refused(400, InvalidRequest(f"Invalid request: {problem}"), request_id)
     return body

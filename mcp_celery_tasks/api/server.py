@@ -16,7 +16,6 @@ import ipaddress
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 from urllib.parse import urlsplit
 
 import pydantic_core
@@ -38,6 +37,8 @@ from mcp_celery_tasks.errors import (
 from mcp_celery_tasks.protocol import dispatch
 from mcp_celery_tasks.protocol.rpc import Reply, Stream, error_body, settle
 from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.protocol.shapes import Message, RequestId
+from mcp_celery_tasks.protocol.shapes import Response as RpcResponse
 from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import migrate
 from mcp_celery_tasks.telemetry import metrics
@@ -50,11 +51,13 @@ _JSON = "application/json"
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
-def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
     return Response(pydantic_core.to_json(body), status_code=status, media_type=_JSON, headers=headers)
 
 
-def _error(status: int, error: ProtocolError, request_id: Any = None, **headers: str) -> Response:
+def _error(
+    status: int, error: ProtocolError, request_id: RequestId | None = None, **headers: str
+) -> Response:
     return _json(status, error_body(request_id, error), headers or None)
 
 
@@ -270,7 +273,7 @@ def from_environment() -> FastAPI:
     return create_server(get_settings())
 
 
-async def _sse(services: Services, settled: asyncio.Task[dict[str, Any]]) -> AsyncIterator[str]:
+async def _sse(services: Services, settled: asyncio.Task[RpcResponse]) -> AsyncIterator[str]:
     try:
         while True:
             done, _ = await asyncio.wait({settled}, timeout=services.settings.sse_keepalive_seconds)
@@ -289,7 +292,7 @@ async def _sse(services: Services, settled: asyncio.Task[dict[str, Any]]) -> Asy
 async def _sse_stream(services: Services, stream: Stream) -> AsyncIterator[str]:
     """Forward a notification stream as SSE, with keep-alive comments while it is quiet."""
     messages = aiter(stream.messages)
-    upcoming: asyncio.Task[dict[str, Any]] | None = None
+    upcoming: asyncio.Task[Message] | None = None
     try:
         while True:
             if upcoming is None:
@@ -313,9 +316,7 @@ async def _sse_stream(services: Services, stream: Stream) -> AsyncIterator[str]:
             await stream.messages.aclose()  # type: ignore[attr-defined]
 
 
-async def _json_when_settled(
-    reply: Reply, settled: asyncio.Task[dict[str, Any]], request: Request
-) -> Response:
+async def _json_when_settled(reply: Reply, settled: asyncio.Task[RpcResponse], request: Request) -> Response:
     try:
         while True:
             done, _ = await asyncio.wait({settled}, timeout=1.0)

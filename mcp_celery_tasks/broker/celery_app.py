@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any
+from typing import TypedDict
 
 from celery import Celery
 from celery.schedules import schedule
@@ -64,7 +64,20 @@ def create_app(settings: Settings) -> Celery:
     return app
 
 
-def beat_schedule(settings: Settings) -> dict[str, Any]:
+class BeatOptions(TypedDict):
+    queue: str
+    expires: float
+
+
+class BeatEntry(TypedDict):
+    """One ``beat_schedule`` entry: the task's name, how often, and its apply options."""
+
+    task: str
+    schedule: schedule
+    options: BeatOptions
+
+
+def beat_schedule(settings: Settings) -> dict[str, BeatEntry]:
     """The beat entries MCP needs (GC and the sweeper), on the maintenance queue."""
     return {
         "mcp-collect-garbage": {

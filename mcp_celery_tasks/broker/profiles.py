@@ -12,13 +12,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from kombu.exceptions import OperationalError
 
 from mcp_celery_tasks.settings import Settings
 
-__all__ = ["BrokerProfile", "RabbitMQProfile", "RedeliveryLimit", "RedisProfile", "profile_for"]
+__all__ = [
+    "BrokerProfile",
+    "RabbitMQProfile",
+    "RedeliveryLimit",
+    "RedisProfile",
+    "TransportOptions",
+    "profile_for",
+]
 
 KOMBU_REDIS_VISIBILITY_TIMEOUT_S = 3600.0
 """kombu's Redis default when the transport options do not set one."""
@@ -30,6 +37,17 @@ class RedeliveryLimit:
 
     seconds: float
     name: str
+
+
+class TransportOptions(TypedDict, total=False):
+    """The kombu ``broker_transport_options`` we set (each profile sets only its own)."""
+
+    ack_emulation: bool
+    """Redis: off by default (``redis_ack_emulation``)."""
+    visibility_timeout: float
+    """Redis with ack emulation: seconds before an unacknowledged job is delivered again."""
+    confirm_publish: bool
+    """RabbitMQ: publisher confirms."""
 
 
 class BrokerProfile:
@@ -49,7 +67,7 @@ class BrokerProfile:
         for scheme in cls.schemes:
             BrokerProfile._registry[scheme] = cls
 
-    def transport_options(self, settings: Settings) -> dict[str, Any]:
+    def transport_options(self, settings: Settings) -> TransportOptions:
         """Celery's ``broker_transport_options`` for an app built from ``settings``."""
         return {}
 
@@ -95,7 +113,7 @@ class RedisProfile(BrokerProfile):
 
     schemes = ("redis", "rediss")
 
-    def transport_options(self, settings: Settings) -> dict[str, Any]:
+    def transport_options(self, settings: Settings) -> TransportOptions:
         if not settings.redis_ack_emulation:
             return {"ack_emulation": False}
         # Above the longest job including input waits: the lease sweeper, not the visibility
@@ -121,7 +139,7 @@ class RabbitMQProfile(BrokerProfile):
 
     schemes = ("amqp", "amqps", "pyamqp")
 
-    def transport_options(self, settings: Settings) -> dict[str, Any]:
+    def transport_options(self, settings: Settings) -> TransportOptions:
         return {"confirm_publish": True}
 
     def redelivery_limit(self, transport_options: Mapping[str, Any], settings: Settings) -> RedeliveryLimit:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import difflib
 import json
-from typing import Any
 
 from mcp_celery_tasks.client.view import arguments_text
+from mcp_celery_tasks.json_types import JSONObject, JSONValue, as_array, as_object
 
 __all__ = ["UsageError", "check_call", "parse_args"]
 
@@ -39,7 +39,7 @@ def parse_args(pairs: list[str]) -> dict[str, str]:
     return texts
 
 
-def check_call(tools: list[dict[str, Any]], name: str, texts: dict[str, str]) -> dict[str, Any]:
+def check_call(tools: list[JSONObject], name: str, texts: dict[str, str]) -> JSONObject:
     """The arguments to send: each value is JSON when it parses as JSON, else text (always the
     text as typed for a parameter that takes only strings, so ``label=123`` stays ``"123"``).
 
@@ -53,8 +53,8 @@ def check_call(tools: list[dict[str, Any]], name: str, texts: dict[str, str]) ->
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         listed = ", ".join(sorted(by_name)) or "none"
         raise UsageError(f"unknown tool {name!r}: {hint}Tools on this server: {listed}")
-    schema = by_name[name].get("inputSchema") or {}
-    properties: dict[str, Any] = schema.get("properties") or {}
+    schema = as_object(by_name[name].get("inputSchema"))
+    properties = as_object(schema.get("properties"))
     extra = schema.get("additionalProperties")
     unknown = [key for key in texts if key not in properties]
     if unknown and extra is not True and not isinstance(extra, dict):
@@ -65,11 +65,11 @@ def check_call(tools: list[dict[str, Any]], name: str, texts: dict[str, str]) ->
         raise UsageError(
             f"{name} has no argument {', '.join(unknown)}{hint}; its arguments: {arguments_text(schema)}"
         )
-    missing = [key for key in schema.get("required") or [] if key not in texts]
+    missing = [key for key in as_array(schema.get("required")) if key not in texts]
     if missing:
         needed = " ".join(f"--arg {key}=…" for key in missing)
         raise UsageError(f"{name} needs {needed}; its arguments: {arguments_text(schema)}")
-    arguments: dict[str, Any] = {}
+    arguments: JSONObject = {}
     for key, text in texts.items():
         prop = properties.get(key)
         allowed = _types(prop if isinstance(prop, dict) else {})
@@ -81,9 +81,9 @@ def check_call(tools: list[dict[str, Any]], name: str, texts: dict[str, str]) ->
     return arguments
 
 
-def _read(text: str, *, only_text: bool) -> Any:
+def _read(text: str, *, only_text: bool) -> JSONValue:
     try:
-        value = json.loads(text)
+        value: JSONValue = json.loads(text)
     except ValueError:
         return text
     if only_text and not isinstance(value, str):
@@ -91,7 +91,7 @@ def _read(text: str, *, only_text: bool) -> Any:
     return value
 
 
-def _types(prop: dict[str, Any]) -> set[str] | None:
+def _types(prop: JSONObject) -> set[str] | None:
     """The JSON types a parameter's schema allows (``type``, or its ``anyOf``/``oneOf`` branches),
     or None when the schema does not say (a ``$ref``, an untyped branch): then anything goes."""
     declared = prop.get("type")
@@ -111,12 +111,12 @@ def _types(prop: dict[str, Any]) -> set[str] | None:
     return allowed
 
 
-def _fits(value: Any, allowed: set[str]) -> bool:
+def _fits(value: JSONValue, allowed: set[str]) -> bool:
     kind = _type_of(value)
     return kind in allowed or (kind == "integer" and "number" in allowed)
 
 
-def _type_of(value: Any) -> str:
+def _type_of(value: JSONValue) -> str:
     """The JSON Schema type of a parsed value (a whole float such as ``2.0`` is an integer too)."""
     if isinstance(value, bool):
         return "boolean"

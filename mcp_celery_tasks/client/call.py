@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -50,6 +49,7 @@ from mcp_celery_tasks.client.protocol import (
 )
 from mcp_celery_tasks.client.stopping import Stopped, signals_stop
 from mcp_celery_tasks.client.view import duration, heard_from_tool, live_status, print_tools, show_result
+from mcp_celery_tasks.json_types import JSONObject, as_object
 
 __all__ = ["check_call", "parse_args", "run_call", "run_tools"]
 
@@ -58,7 +58,7 @@ EXIT_TASK_FAILED = 1
 EXIT_REFUSED = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130
-CAPABILITIES: dict[str, Any] = {"elicitation": {}, "sampling": {}, "roots": {}}
+CAPABILITIES: JSONObject = {"elicitation": {}, "sampling": {}, "roots": {}}
 
 
 def _error(console: Console, message: str) -> None:
@@ -102,7 +102,7 @@ class _Clock:
         self.created: float | None = None
         self.paused_s = 0.0
 
-    def since(self, created_at: Any) -> None:
+    def since(self, created_at: object) -> None:
         """Count from the task's ``createdAt`` (a resumed task did not start with this process)."""
         self.created = _timestamp(created_at)
         if self.created is not None:
@@ -116,7 +116,7 @@ class _Clock:
         finally:
             self.paused_s += time.monotonic() - began
 
-    def elapsed(self, ended_at: Any = None) -> float:
+    def elapsed(self, ended_at: object = None) -> float:
         """Seconds so far, or until ``ended_at`` (a finished task's ``lastUpdatedAt``) on resume."""
         ended = _timestamp(ended_at)
         if self.created is not None and ended is not None:
@@ -124,7 +124,7 @@ class _Clock:
         return max(0.0, time.monotonic() - self.origin - self.paused_s)
 
 
-def _timestamp(value: Any) -> float | None:
+def _timestamp(value: object) -> float | None:
     if not isinstance(value, str):
         return None
     try:
@@ -194,7 +194,7 @@ class _Call:
         client: TasksClient,
         *,
         as_json: bool,
-        answers: dict[str, dict[str, Any]],
+        answers: dict[str, JSONObject],
         detach: bool = False,
     ) -> None:
         self.err = err
@@ -207,7 +207,7 @@ class _Call:
         self.live: Live | None = None
         self.task_id: str | None = None
         self.tool = ""
-        self.last: dict[str, Any] = {}
+        self.last: JSONObject = {}
         """The latest snapshot of the task (what ``--json`` prints when ``--detach`` leaves it)."""
         self.heard = False
         """Whether the tool has shown it runs (``view.heard_from_tool``), for the live line."""
@@ -234,9 +234,9 @@ class _Call:
         rounds = 0
         while result.get("resultType") == "input_required" and rounds < 10:
             rounds += 1  # MRTR before the task exists (or on a synchronous call)
-            responses = {
+            responses: JSONObject = {
                 key: answer
-                for key, request in (result.get("inputRequests") or {}).items()
+                for key, request in as_object(result.get("inputRequests")).items()
                 if (answer := self.answerer(key, request)) is not None
             }
             result = self.client.call_tool(
@@ -265,16 +265,16 @@ class _Call:
         self.clock.since(task.get("createdAt"))
         return self._finish(self._follow(task), cancelled_here=False)
 
-    def _seen(self, task: dict[str, Any]) -> None:
+    def _seen(self, task: JSONObject) -> None:
         self.last = task
         self.heard = self.heard or heard_from_tool(task)
 
-    def _follow(self, task: dict[str, Any]) -> dict[str, Any]:
+    def _follow(self, task: JSONObject) -> JSONObject:
         if self.as_json:
             return self.client.follow(task, on_update=self._seen, answer=self.answerer)
         spinner = Spinner("dots", text="starting")
 
-        def show(current: dict[str, Any]) -> None:
+        def show(current: JSONObject) -> None:
             self._seen(current)
             message = live_status(current, heard=self.heard)
             spinner.update(text=Text(f"{current['status']}  {duration(self.clock.elapsed())}  {message}"))
@@ -319,7 +319,7 @@ class _Call:
         )
         return EXIT_INTERRUPTED
 
-    def _wait_terminal(self, task_id: str, limit_s: float = 30.0) -> dict[str, Any]:
+    def _wait_terminal(self, task_id: str, limit_s: float = 30.0) -> JSONObject:
         deadline = time.monotonic() + limit_s
         task = self.client.get(task_id)
         while task["status"] not in TERMINAL and time.monotonic() < deadline:
@@ -327,13 +327,13 @@ class _Call:
             task = self.client.get(task_id)
         return task
 
-    def _finish(self, task: dict[str, Any], *, cancelled_here: bool) -> int:
+    def _finish(self, task: JSONObject, *, cancelled_here: bool) -> int:
         """Print the outcome (the result on stdout, one status line on stderr); the exit code."""
         status = task.get("status")
         elapsed = duration(self.clock.elapsed(task.get("lastUpdatedAt") if status in TERMINAL else None))
         if status in TERMINAL and "taskId" in task:
             self.store.remove(str(task["taskId"]))
-        result = task.get("result") or {}
+        result = as_object(task.get("result"))
         if self.as_json:
             print(json.dumps(task, indent=2, ensure_ascii=False))
         elif status == "completed":
@@ -345,7 +345,7 @@ class _Call:
             self._status(f"[green]completed[/green] in {elapsed}")
             return EXIT_OK
         if status == "failed":
-            error = task.get("error") or {}
+            error = as_object(task.get("error"))
             detail = f"{error.get('message')} ({error.get('code')})"
             self._status(f"[red]failed[/red] after {elapsed}: {escape(detail)}")
             return EXIT_TASK_FAILED

@@ -13,11 +13,12 @@ import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.prompt import InvalidResponse, PromptBase
+
+from mcp_celery_tasks.json_types import JSONObject, JSONValue, as_array, as_object
 
 __all__ = ["Answerer", "AnswersError", "load_answers"]
 
@@ -27,7 +28,7 @@ ROOTS = "roots/list"
 KIND = {ELICIT: "form", SAMPLE: "sampling request"}
 ACTIONS = ("accept", "decline", "cancel")
 ANSWER_SHAPE = '{"action": "accept", "content": {...}}'
-SAMPLING_DECLINED: dict[str, Any] = {
+SAMPLING_DECLINED: JSONObject = {
     "role": "assistant",
     "content": {"type": "text", "text": ""},
     "model": "none",
@@ -51,14 +52,14 @@ class AnswersError(ValueError):
     """An ``--answers`` file that cannot be used, with the reason."""
 
 
-def load_answers(path: Path) -> dict[str, dict[str, Any]]:
+def load_answers(path: Path) -> dict[str, JSONObject]:
     """The answers in ``path`` by input key (``"*"``: any form), checked for shape."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise AnswersError(f"cannot read --answers {path}: {getattr(exc, 'strerror', None) or exc}") from exc
     try:
-        data = json.loads(text)
+        data: JSONValue = json.loads(text)
     except ValueError as exc:
         raise AnswersError(f"--answers {path} is not JSON: {exc}") from exc
     if not isinstance(data, dict):
@@ -66,20 +67,22 @@ def load_answers(path: Path) -> dict[str, dict[str, Any]]:
             f"--answers {path}: expected an object of input key → answer, e.g. "
             f'{{"*": {ANSWER_SHAPE}}}, got {_kind(data)}'
         )
+    answers: dict[str, JSONObject] = {}
     for key, answer in data.items():
         problem = _answer_problem(answer, elicitation_only=key == "*")
-        if problem:
+        if problem or not isinstance(answer, dict):  # an answer that is no object has a problem
             raise AnswersError(f"--answers {path}: {json.dumps(key)}: {problem}")
-    return data
+        answers[key] = answer
+    return answers
 
 
-def _kind(value: Any) -> str:
+def _kind(value: JSONValue) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
         type(value), "null" if value is None else "a number"
     )
 
 
-def _answer_problem(answer: Any, *, elicitation_only: bool) -> str | None:
+def _answer_problem(answer: JSONValue, *, elicitation_only: bool) -> str | None:
     """Why ``answer`` is not an ElicitResult (or a sampling or roots result), or None."""
     if not isinstance(answer, dict):
         return f"expected an answer object such as {ANSWER_SHAPE}, got {_kind(answer)}"
@@ -105,7 +108,7 @@ def _answer_problem(answer: Any, *, elicitation_only: bool) -> str | None:
     return f"not an answer (it has {fields}): a form answer looks like {ANSWER_SHAPE}"
 
 
-def _primitive(value: Any) -> bool:
+def _primitive(value: JSONValue) -> bool:
     if isinstance(value, list):
         return all(isinstance(item, str) for item in value)
     return isinstance(value, str | int | float | bool)
@@ -119,7 +122,7 @@ class Answerer:
         console: Console,
         *,
         interactive: bool,
-        answers: dict[str, dict[str, Any]],
+        answers: dict[str, JSONObject],
         pause: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self.console = console
@@ -128,9 +131,11 @@ class Answerer:
         self.pause = pause
         self.declined: list[str] = []
 
-    def __call__(self, key: str, request: dict[str, Any]) -> dict[str, Any] | None:
-        method = request.get("method")
-        params = request.get("params") or {}
+    def __call__(self, key: str, request: JSONValue) -> JSONObject | None:
+        """The answer to the input request ``key`` (an ``inputRequests`` entry), or None."""
+        asked = as_object(request)
+        method = asked.get("method")
+        params = as_object(asked.get("params"))
         if key in self.answers:
             return self.answers[key]
         if method == ELICIT and "*" in self.answers:
@@ -150,7 +155,7 @@ class Answerer:
                 return {"action": "cancel"} if method == ELICIT else SAMPLING_DECLINED
         return None
 
-    def _declined(self, key: str, method: Any, params: dict[str, Any]) -> dict[str, Any] | None:
+    def _declined(self, key: str, method: JSONValue, params: JSONObject) -> JSONObject | None:
         """No terminal to ask in: decline at once and say so, so the task never waits for us."""
         if self.answers:
             alternative = f" or {json.dumps('*')}" if method == ELICIT else ""
@@ -160,34 +165,36 @@ class Answerer:
             why = "no terminal to answer it (use --answers FILE)"
         question = f" ({params['message']})" if params.get("message") else ""
         if method == ELICIT:
-            answer: dict[str, Any] = {"action": "decline"}
+            answer: JSONObject = {"action": "decline"}
         elif method == SAMPLE:
             answer = SAMPLING_DECLINED
         else:
             return None  # not an input kind of the spec: nothing to decline it with
         self.declined.append(key)
-        self.console.print(f"declined {KIND[method]} {json.dumps(key)}{question}: {why}", markup=False)
+        self.console.print(f"declined {KIND[str(method)]} {json.dumps(key)}{question}: {why}", markup=False)
         return answer
 
-    def _form(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _form(self, params: JSONObject) -> JSONObject:
         self.console.print(f"\n[bold]{escape(str(params.get('message') or 'The tool asks:'))}[/bold]")
         choice = _Choice(self.console)()
         if choice != "accept":
             return {"action": choice}
-        schema = params.get("requestedSchema") or {}
-        required = set(schema.get("required") or [])
-        content: dict[str, Any] = {}
-        for name, prop in (schema.get("properties") or {}).items():
+        schema = as_object(params.get("requestedSchema"))
+        required = {name for name in as_array(schema.get("required")) if isinstance(name, str)}
+        content: JSONObject = {}
+        for name, prop in as_object(schema.get("properties")).items():
             field = _Field(self.console, name, prop if isinstance(prop, dict) else {}, name in required)
             value = field()
             if value is not None:
                 content[name] = value
         return {"action": "accept", "content": content}
 
-    def _sample(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _sample(self, params: JSONObject) -> JSONObject:
         self.console.print("\n[bold]The tool asks a language model:[/bold]")
-        for message in params.get("messages", []):
-            content = message.get("content") or {}
+        for message in as_array(params.get("messages", [])):
+            if not isinstance(message, dict):
+                continue
+            content = as_object(message.get("content"))
             self.console.print(f"  {message.get('role')}: {content.get('text', content)}", markup=False)
         text = _Field(self.console, "answer", {"title": "Your answer (you are the model)"}, True)()
         return {"role": "assistant", "content": {"type": "text", "text": text}, "model": "human"}
@@ -207,14 +214,14 @@ class _Choice(PromptBase[str]):
         raise InvalidResponse("[prompt.invalid]Type a (accept), d (decline) or c (cancel)")
 
 
-class _Field(PromptBase[Any]):
+class _Field(PromptBase[JSONValue]):
     """One form field of an elicitation schema (string, number, integer, boolean, enum, list).
 
     Enter takes the schema's default; with none, it leaves an optional field out and asks a
     required one again. A boolean without a default always needs y or n.
     """
 
-    def __init__(self, console: Console, name: str, prop: dict[str, Any], required: bool) -> None:
+    def __init__(self, console: Console, name: str, prop: JSONObject, required: bool) -> None:
         self.prop = prop
         self.kind = prop.get("type")
         self.options = _options(prop)
@@ -238,7 +245,7 @@ class _Field(PromptBase[Any]):
             hint += " (optional)"
         return escape(hint)
 
-    def process_response(self, value: str) -> Any:
+    def process_response(self, value: str) -> JSONValue:
         typed = value.strip()
         if not typed:
             if "default" in self.prop:
@@ -255,7 +262,7 @@ class _Field(PromptBase[Any]):
         except ValueError as exc:
             raise InvalidResponse(f"[prompt.invalid]{escape(str(exc))}") from None
 
-    def _parse(self, typed: str) -> Any:
+    def _parse(self, typed: str) -> JSONValue:
         if self.kind == "boolean":
             if typed.lower() in ("y", "yes", "true"):
                 return True
@@ -263,7 +270,9 @@ class _Field(PromptBase[Any]):
                 return False
             raise ValueError("Type y or n")
         if self.kind == "array":
-            items = [self._check_option(item.strip()) for item in typed.split(",") if item.strip()]
+            items: list[JSONValue] = [
+                self._check_option(item.strip()) for item in typed.split(",") if item.strip()
+            ]
             self._check_range(len(items), "minItems", "maxItems", "items")
             return items
         if self.options:
@@ -281,7 +290,7 @@ class _Field(PromptBase[Any]):
         self._check_range(len(typed), "minLength", "maxLength", "characters")
         return typed
 
-    def _check_option(self, typed: str) -> Any:
+    def _check_option(self, typed: str) -> JSONValue:
         """The allowed value ``typed`` names (an integer enum's value stays an integer)."""
         if not self.options:
             return typed
@@ -291,18 +300,20 @@ class _Field(PromptBase[Any]):
 
     def _check_range(self, value: float, low: str, high: str, unit: str) -> None:
         suffix = f" {unit}" if unit else ""
-        if low in self.prop and value < self.prop[low]:
-            raise ValueError(f"At least {self.prop[low]}{suffix}")
-        if high in self.prop and value > self.prop[high]:
-            raise ValueError(f"At most {self.prop[high]}{suffix}")
+        least, most = self.prop.get(low), self.prop.get(high)
+        if isinstance(least, int | float) and value < least:
+            raise ValueError(f"At least {least}{suffix}")
+        if isinstance(most, int | float) and value > most:
+            raise ValueError(f"At most {most}{suffix}")
 
 
-def _options(prop: dict[str, Any]) -> dict[str, Any]:
+def _options(prop: JSONObject) -> dict[str, JSONValue]:
     """Allowed values of an enum field, or of each item of a multi-select field, by their text."""
     source = prop.get("items") if prop.get("type") == "array" else prop
     if not isinstance(source, dict):
         return {}
-    values = source.get("enum") or [
-        o.get("const") for o in source.get("oneOf") or source.get("anyOf") or [] if isinstance(o, dict)
+    choices = source.get("oneOf") or source.get("anyOf")
+    values = as_array(source.get("enum")) or [
+        o.get("const") for o in as_array(choices) if isinstance(o, dict)
     ]
     return {str(v): v for v in values if v is not None}

@@ -18,12 +18,14 @@ import base64
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import httpx
+
+from mcp_celery_tasks.json_types import JSONObject, JSONValue, as_array, as_object
 
 __all__ = [
     "ClientError",
@@ -61,18 +63,19 @@ class ServerUnavailable(ClientError):
 class RpcError(ClientError):
     """A JSON-RPC error answered by the server."""
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str, data: JSONValue = None) -> None:
         super().__init__(f"{message} ({code})")
         self.code = code
         self.message = message
         self.data = data
 
 
-def parse_reply(response: httpx.Response) -> dict[str, Any]:
+def parse_reply(response: httpx.Response) -> JSONObject:
     """The JSON-RPC message of a JSON or SSE response (``{}`` when there is none)."""
+    message: JSONValue
     try:
         if response.headers.get("content-type", "").startswith("text/event-stream"):
-            message: Any = {}
+            message = {}
             for line in response.text.splitlines():
                 if line.startswith("data:"):
                     message = json.loads(line[5:])
@@ -80,7 +83,7 @@ def parse_reply(response: httpx.Response) -> dict[str, Any]:
             message = response.json() if response.content else {}
     except ValueError:
         return {}
-    return message if isinstance(message, dict) else {}
+    return as_object(message)
 
 
 def _header_value(value: str) -> str:
@@ -93,21 +96,26 @@ def _header_value(value: str) -> str:
 class TasksClient:
     url: str
     token: str | None = None
-    capabilities: dict[str, Any] | None = None
+    capabilities: JSONObject | None = None
     timeout_s: float = 60.0
     """Longest wait for any one answer (an SSE keep-alive counts as part of an answer)."""
 
     def __post_init__(self) -> None:
         self._http = httpx.Client(timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)))
         self._ids = 0
-        caps = dict(self.capabilities or {})
-        caps.setdefault("extensions", {})[TASKS] = {}
+        caps: JSONObject = dict(self.capabilities or {})
+        extensions = caps.setdefault("extensions", {})
+        if not isinstance(extensions, dict):
+            raise TypeError(f"capabilities.extensions must be an object, not {type(extensions).__name__}")
+        extensions[TASKS] = {}
         self._caps = caps
 
     def close(self) -> None:
         self._http.close()
 
-    def request(self, method: str, params: dict[str, Any], *, name: str | None = None) -> dict[str, Any]:
+    def request(self, method: str, params: Mapping[str, object], *, name: str | None = None) -> JSONObject:
+        """The result of one request (``RpcError`` for a JSON-RPC error, ``ServerUnavailable``
+        when the answer is no JSON-RPC result)."""
         self._ids += 1
         params = {
             **params,
@@ -145,7 +153,7 @@ class TasksClient:
             )
         return result
 
-    def _post(self, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+    def _post(self, body: Mapping[str, object], headers: dict[str, str]) -> httpx.Response:
         try:
             return self._http.post(self.url, json=body, headers=headers)
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
@@ -159,13 +167,13 @@ class TasksClient:
         except httpx.HTTPError as exc:
             raise ServerUnavailable(f"lost the connection to {self.url}: {_reason(exc)}") from exc
 
-    def list_tools(self) -> list[dict[str, Any]]:
+    def list_tools(self) -> list[JSONObject]:
         """Every tool the server lists (``tools/list``, all pages)."""
-        tools: list[dict[str, Any]] = []
-        cursor: str | None = None
+        tools: list[JSONObject] = []
+        cursor: JSONValue = None  # sent back as the server gave it
         for _ in range(MAX_TOOL_PAGES):
             page = self.request("tools/list", {"cursor": cursor} if cursor else {})
-            tools += [t for t in page.get("tools") or [] if isinstance(t, dict) and "name" in t]
+            tools += [t for t in as_array(page.get("tools")) if isinstance(t, dict) and "name" in t]
             cursor = page.get("nextCursor")
             if not cursor:
                 break
@@ -174,34 +182,35 @@ class TasksClient:
     def call_tool(
         self,
         name: str,
-        arguments: dict[str, Any],
+        arguments: JSONObject,
         *,
-        input_responses: dict[str, Any] | None = None,
-        request_state: str | None = None,
-    ) -> dict[str, Any]:
-        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        input_responses: JSONObject | None = None,
+        request_state: JSONValue = None,
+    ) -> JSONObject:
+        """``tools/call``; ``request_state`` is an MRTR round's, sent back as the server gave it."""
+        params: JSONObject = {"name": name, "arguments": arguments}
         if input_responses is not None:
             params["inputResponses"] = input_responses
         if request_state is not None:
             params["requestState"] = request_state
         return self.request("tools/call", params, name=name)
 
-    def get(self, task_id: str) -> dict[str, Any]:
+    def get(self, task_id: str) -> JSONObject:
         return self.request("tasks/get", {"taskId": task_id}, name=task_id)
 
-    def update(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any]:
+    def update(self, task_id: str, responses: JSONObject) -> JSONObject:
         return self.request("tasks/update", {"taskId": task_id, "inputResponses": responses}, name=task_id)
 
-    def cancel(self, task_id: str) -> dict[str, Any]:
+    def cancel(self, task_id: str) -> JSONObject:
         return self.request("tasks/cancel", {"taskId": task_id}, name=task_id)
 
     def follow(
         self,
-        task: dict[str, Any],
+        task: JSONObject,
         *,
-        on_update: Callable[[dict[str, Any]], None],
-        answer: Callable[[str, dict[str, Any]], dict[str, Any] | None],
-    ) -> dict[str, Any]:
+        on_update: Callable[[JSONObject], None],
+        answer: Callable[[str, JSONValue], JSONObject | None],
+    ) -> JSONObject:
         """Poll a task to its end, honouring ``pollIntervalMs``; answer each input key once."""
         answered: set[str] = set()
         task_id = str(task["taskId"])
@@ -210,8 +219,8 @@ class TasksClient:
             if task["status"] in TERMINAL:
                 return task
             if task["status"] == "input_required":
-                responses: dict[str, Any] = {}
-                for key, request in (task.get("inputRequests") or {}).items():
+                responses: JSONObject = {}
+                for key, request in as_object(task.get("inputRequests")).items():
                     if key in answered:
                         continue  # the spec asks clients to answer each key once
                     response = answer(key, request)
@@ -222,12 +231,22 @@ class TasksClient:
                     self.update(task_id, responses)
                     task = self.get(task_id)
                     continue
-            time.sleep(max(0.05, (task.get("pollIntervalMs") or 1000) / 1000))
+            interval = task.get("pollIntervalMs")
+            interval_ms = interval if isinstance(interval, int | float) and interval else 1000
+            time.sleep(max(0.05, interval_ms / 1000))
             task = self.get(task_id)
 
 
 def _reason(exc: httpx.HTTPError) -> str:
     return str(exc) or type(exc).__name__
+
+
+class StoredTask(TypedDict):
+    """What ``TaskStore`` keeps of a task: where it runs, its tool, when it was started (epoch s)."""
+
+    url: str
+    tool: str
+    created: float
 
 
 class TaskStore:
@@ -237,14 +256,14 @@ class TaskStore:
         base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         self.path = path or Path(base) / "mcp-celery-tasks" / "tasks.json"
 
-    def load(self) -> dict[str, dict[str, Any]]:
+    def load(self) -> dict[str, StoredTask]:
         try:
-            data: dict[str, dict[str, Any]] = json.loads(self.path.read_text())
+            data: dict[str, StoredTask] = json.loads(self.path.read_text())  # our own file
             return data
         except (FileNotFoundError, ValueError):
             return {}
 
-    def _save(self, data: dict[str, dict[str, Any]]) -> None:
+    def _save(self, data: dict[str, StoredTask]) -> None:
         tmp = self.path.with_suffix(".tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -264,5 +283,5 @@ class TaskStore:
         if data.pop(task_id, None) is not None:
             self._save(data)
 
-    def get(self, task_id: str) -> dict[str, Any] | None:
+    def get(self, task_id: str) -> StoredTask | None:
         return self.load().get(task_id)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from mcp_celery_tasks.json_types import JSONObject, JSONValue, as_array, as_object
 
 __all__ = [
     "arguments_text",
@@ -31,20 +33,20 @@ NOT_STARTED = "waiting for a worker slot or the tool's first report"
 protocol does not tell a client (a task in our fair backlog says its place in line instead)."""
 
 
-def task_mode(tool: dict[str, Any]) -> str | None:
+def task_mode(tool: JSONObject) -> str | None:
     """How a tool runs as a task, when the server says (our ``_meta`` or 2025-11 ``execution``)."""
-    mode = (tool.get("_meta") or {}).get(MODE) or (tool.get("execution") or {}).get("taskSupport")
+    mode = as_object(tool.get("_meta")).get(MODE) or as_object(tool.get("execution")).get("taskSupport")
     return str(mode) if mode else None
 
 
-def arguments_text(schema: dict[str, Any]) -> str:
+def arguments_text(schema: JSONObject) -> str:
     """A tool's argument names, optional ones in brackets: ``model_path, [epochs]``."""
-    required = set(schema.get("required") or [])
-    names = list(schema.get("properties") or {})
+    required = {name for name in as_array(schema.get("required")) if isinstance(name, str)}
+    names = list(as_object(schema.get("properties")))
     return ", ".join(name if name in required else f"[{name}]" for name in names)
 
 
-def print_tools(tools: list[dict[str, Any]], *, as_json: bool) -> None:
+def print_tools(tools: list[JSONObject], *, as_json: bool) -> None:
     """The ``tools`` listing on stdout: a table (whole lines in a pipe), or JSON."""
     if as_json:
         listed = [
@@ -68,13 +70,13 @@ def print_tools(tools: list[dict[str, Any]], *, as_json: bool) -> None:
     print("\n".join(line.rstrip() for line in captured.get().splitlines()))
 
 
-def _tools_table(tools: list[dict[str, Any]], width: int) -> Table:
+def _tools_table(tools: list[JSONObject], width: int) -> Table:
     """Names and modes in full, arguments wrapped, the description cut to what fits on the line."""
     rows = [
         (
             str(t["name"]),
             task_mode(t) or "",
-            arguments_text(t.get("inputSchema") or {}),
+            arguments_text(as_object(t.get("inputSchema"))),
             (str(t.get("description") or "").strip().splitlines() or [""])[0],
         )
         for t in sorted(tools, key=lambda t: str(t["name"]))
@@ -97,7 +99,7 @@ def _tools_table(tools: list[dict[str, Any]], width: int) -> Table:
     return table
 
 
-def live_status(task: dict[str, Any], *, heard: bool) -> str:
+def live_status(task: Mapping[str, object], *, heard: bool) -> str:
     """What the live line says after the status and the time: the task's ``statusMessage``, or
     ``NOT_STARTED`` while it is working and nothing was ``heard`` from its tool yet (see
     ``heard_from_tool``)."""
@@ -107,7 +109,7 @@ def live_status(task: dict[str, Any], *, heard: bool) -> str:
     return message
 
 
-def heard_from_tool(task: dict[str, Any]) -> bool:
+def heard_from_tool(task: Mapping[str, object]) -> bool:
     """Whether a task snapshot shows its tool has run: it asked for input, ended, or set a status
     message other than the server's place in line."""
     if task.get("status") != "working":
@@ -126,24 +128,25 @@ def duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
-def _as_json(text: str) -> Any:
+def _as_json(text: str) -> JSONValue:
     """The JSON object or array ``text`` holds, else None."""
     if not text.lstrip().startswith(("{", "[")):
         return None
     try:
-        return json.loads(text)
+        value: JSONValue = json.loads(text)
     except ValueError:
         return None
+    return value
 
 
-def _encodes(text: Any, value: Any) -> bool:
+def _encodes(text: JSONValue, value: JSONValue) -> bool:
     try:
         return isinstance(text, str) and json.loads(text) == value
     except ValueError:
         return False
 
 
-def _describe(block: dict[str, Any]) -> str:
+def _describe(block: JSONObject) -> str:
     kind = block.get("type")
     if kind in ("image", "audio"):
         size = len(str(block.get("data", ""))) * 3 // 4
@@ -151,22 +154,22 @@ def _describe(block: dict[str, Any]) -> str:
     if kind == "resource_link":
         return f"[link] {block.get('name', '')} {block.get('uri', '')}".rstrip()
     if kind == "resource":
-        resource = block.get("resource") or {}
+        resource = as_object(block.get("resource"))
         text = resource.get("text")
         return f"[resource] {resource.get('uri', '')}" + (f"\n{text}" if text else "")
     return json.dumps(block, indent=2, ensure_ascii=False)
 
 
-def show_result(out: Console, result: dict[str, Any]) -> None:
+def show_result(out: Console, result: JSONObject) -> None:
     """A CallToolResult for a person: structured content indented (highlighted on a terminal)."""
 
-    def show_json(value: Any) -> None:
+    def show_json(value: JSONValue) -> None:
         if out.is_terminal:
             out.print_json(data=value, ensure_ascii=False)
         else:
             out.out(json.dumps(value, indent=2, ensure_ascii=False), highlight=False)
 
-    blocks = [b for b in result.get("content") or [] if isinstance(b, dict)]
+    blocks = [b for b in as_array(result.get("content")) if isinstance(b, dict)]
     if "structuredContent" in result:
         structured = result["structuredContent"]
         show_json(structured)

@@ -27,6 +27,7 @@ from mcp_celery_tasks.errors import (
     QuotaExceeded,
     UnsupportedVersion,
 )
+from mcp_celery_tasks.json_types import JSONObject, JSONValue
 from mcp_celery_tasks.protocol import methods
 from mcp_celery_tasks.protocol import v2025_11_25 as legacy
 from mcp_celery_tasks.protocol.rpc import (
@@ -43,6 +44,7 @@ from mcp_celery_tasks.protocol.rpc import (
     valid_id,
 )
 from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.protocol.shapes import ServerInfo
 from mcp_celery_tasks.protocol.synccall import SyncCall
 from mcp_celery_tasks.tasks.service import RequestContext
 from mcp_celery_tasks.tools.registry import get_tool
@@ -56,8 +58,10 @@ logger = logging.getLogger("mcp_celery_tasks.dispatch")
 # ---- entry points ------------------------------------------------------------------------------
 
 
-async def dispatch(services: Services, body: Any, headers: Headers, principal: str) -> Reply:
-    request_id = body.get("id") if isinstance(body, dict) and valid_id(body.get("id")) else None
+async def dispatch(services: Services, body: JSONValue, headers: Headers, principal: str) -> Reply:
+    """Answer one parsed request body (any JSON: what is not a request is refused here)."""
+    raw_id = body.get("id") if isinstance(body, dict) else None
+    request_id = raw_id if valid_id(raw_id) else None
     name = body.get("method") if isinstance(body, dict) else None
     label = name if isinstance(name, str) and name in methods.NAMES else "other"
     started = time.perf_counter()
@@ -78,17 +82,14 @@ async def dispatch(services: Services, body: Any, headers: Headers, principal: s
 # ---- routing -----------------------------------------------------------------------------------
 
 
-def _is_legacy(body: Any, session_id: str | None, header_version: str | None) -> bool:
+def _is_legacy(body: JSONValue, session_id: str | None, header_version: str | None) -> bool:
     """Whether a request belongs to the handshake era (2025-11-25 and before): ``initialize``,
     or a session header, without 2026-07-28 ``_meta`` or a modern version header."""
     if not isinstance(body, dict):
         return False
     params = body.get("params")
-    modern_meta = (
-        isinstance(params, dict)
-        and isinstance(params.get("_meta"), dict)
-        and ("io.modelcontextprotocol/protocolVersion" in params["_meta"])
-    )
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    modern_meta = isinstance(meta, dict) and "io.modelcontextprotocol/protocolVersion" in meta
     if modern_meta or (header_version is not None and header_version not in LEGACY_VERSIONS):
         # A 2026-07-28 request is served statelessly, session header or not; there,
         # ``initialize`` does not exist (-32601, HTTP 404).
@@ -96,7 +97,7 @@ def _is_legacy(body: Any, session_id: str | None, header_version: str | None) ->
     return body.get("method") == "initialize" or session_id is not None
 
 
-async def _dispatch(services: Services, body: Any, headers: Headers, principal: str) -> Reply:
+async def _dispatch(services: Services, body: JSONValue, headers: Headers, principal: str) -> Reply:
     if isinstance(body, list):
         raise InvalidRequest("JSON-RPC batches are not supported")
     if isinstance(body, dict) and "id" in body and not valid_id(body["id"]):
@@ -106,10 +107,11 @@ async def _dispatch(services: Services, body: Any, headers: Headers, principal: 
         if headers.session_id is not None:
             await legacy.client_response(services, principal, body)
         return Reply(202, None)
-    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str):
+    name = body.get("method") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or not isinstance(name, str):
         raise InvalidRequest("Not a JSON-RPC 2.0 request")
-    name: str = body["method"]
-    request_id = body.get("id")
+    raw_id = body.get("id")
+    request_id = raw_id if valid_id(raw_id) else None  # absent (a notification): checked above
     params = body.get("params", {})
     if params is None:
         params = {}
@@ -138,9 +140,10 @@ async def _dispatch(services: Services, body: Any, headers: Headers, principal: 
 
 
 async def _legacy(
-    services: Services, body: dict[str, Any], name: str, params: Any, headers: Headers, principal: str
+    services: Services, body: JSONObject, name: str, params: JSONValue, headers: Headers, principal: str
 ) -> Reply:
-    request_id = body.get("id")
+    raw_id = body.get("id")
+    request_id = raw_id if valid_id(raw_id) else None  # absent (a notification): checked by _dispatch
     if name == "initialize" and "id" not in body:
         return Reply(202, None)  # initialize as a notification: nothing to answer
     meta = None
@@ -177,9 +180,9 @@ async def _call(
     services: Services,
     method: Method[Any],
     ctx: RequestContext,
-    params: dict[str, Any],
+    params: JSONObject,
     *,
-    server_info: dict[str, str] | None,
+    server_info: ServerInfo | None,
 ) -> Reply:
     """Validate the params with the method's model, run its handler, shape the reply."""
     if method.requires_tasks:
@@ -210,7 +213,7 @@ def _check_method_header(name: str, headers: Headers) -> None:
         raise HeaderMismatch(f"Mcp-Method header {headers.method!r} does not match the body method {name!r}")
 
 
-def _check_name_header(method: Method[Any], params: dict[str, Any], headers: Headers) -> None:
+def _check_name_header(method: Method[Any], params: JSONObject, headers: Headers) -> None:
     field = method.name_param
     if field is None:
         return
@@ -222,11 +225,12 @@ def _check_name_header(method: Method[Any], params: dict[str, Any], headers: Hea
         raise HeaderMismatch(f"Mcp-Name header does not match params.{field}")
 
 
-def _check_param_headers(params: dict[str, Any], headers: Headers) -> None:
+def _check_param_headers(params: JSONObject, headers: Headers) -> None:
     """SEP-2243: an argument whose schema names an ``x-mcp-header`` travels in the body and in
     ``Mcp-Param-<Name>`` (so intermediaries can route on it); the two MUST agree, and a header
     missing while the body has the argument is refused too (-32020, HTTP 400)."""
-    spec = get_tool(params["name"]) if isinstance(params.get("name"), str) else None
+    name = params.get("name")
+    spec = get_tool(name) if isinstance(name, str) else None
     arguments = params.get("arguments")
     if spec is None or not isinstance(arguments, dict):
         return
@@ -243,7 +247,7 @@ def _check_param_headers(params: dict[str, Any], headers: Headers) -> None:
             raise HeaderMismatch(f"Mcp-Param-{header} header does not match arguments.{argument}")
 
 
-def _meta(params: dict[str, Any], headers: Headers) -> RequestMeta:
+def _meta(params: JSONObject, headers: Headers) -> RequestMeta:
     raw = params.get("_meta")
     if not isinstance(raw, dict):
         raise InvalidParams("Missing params._meta (protocol version and client capabilities)")

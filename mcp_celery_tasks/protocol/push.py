@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
 
 from mcp_celery_tasks.errors import InvalidParams, InvalidRequest
+from mcp_celery_tasks.json_types import JSONObject
+from mcp_celery_tasks.lifecycle import Status
 from mcp_celery_tasks.protocol.rpc import Result, Stream, result_body
 from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.protocol.shapes import Message, Notification, RequestId, ResultResponse
 from mcp_celery_tasks.protocol.v2026_07_28 import detailed
 from mcp_celery_tasks.tasks.service import RequestContext
 from mcp_celery_tasks.telemetry import metrics
@@ -55,8 +58,8 @@ async def listen(services: Services, ctx: RequestContext, params: ListenParams) 
 
 
 async def _counted(
-    services: Services, principal: str, messages: AsyncIterator[dict[str, Any]]
-) -> AsyncIterator[dict[str, Any]]:
+    services: Services, principal: str, messages: AsyncIterator[Message]
+) -> AsyncIterator[Message]:
     services.subscriptions[principal] = services.subscriptions.get(principal, 0) + 1
     metrics.hub_subscribers.inc()
     try:
@@ -71,30 +74,34 @@ async def _counted(
             services.subscriptions.pop(principal, None)
 
 
-async def _nothing(services: Services, request_id: Any) -> AsyncIterator[dict[str, Any]]:
+async def _nothing(services: Services, request_id: RequestId | None) -> AsyncIterator[Message]:
     yield _notification("notifications/subscriptions/acknowledged", request_id, {"notifications": {}})
     yield _final(services, request_id)
 
 
-def _final(services: Services, request_id: Any) -> dict[str, Any]:
+def _final(services: Services, request_id: RequestId | None) -> ResultResponse:
     """The subscription's own response, last on the stream (with serverInfo, as every result)."""
-    result = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: request_id}}
+    result: JSONObject = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: request_id}}
     return result_body(request_id, result, services.server_info)
 
 
-def _notification(method: str, request_id: Any, body: dict[str, Any]) -> dict[str, Any]:
-    meta = dict(body.pop("_meta", None) or {})
-    meta[SUBSCRIPTION_ID] = request_id
+def _notification(method: str, request_id: RequestId | None, body: JSONObject) -> Notification:
+    """A notification of the subscription: ``body`` (its ``_meta`` taken out of it) as params,
+    after a ``_meta`` naming the subscription."""
+    given = body.pop("_meta", None) or {}
+    if not isinstance(given, Mapping):
+        raise TypeError(f"a notification's _meta must be an object, not {type(given).__name__}")
+    meta: JSONObject = {**given, SUBSCRIPTION_ID: request_id}
     return {"jsonrpc": "2.0", "method": method, "params": {"_meta": meta, **body}}
 
 
 async def _messages(
-    services: Services, principal: str, request_id: Any, task_ids: list[str]
-) -> AsyncIterator[dict[str, Any]]:
+    services: Services, principal: str, request_id: RequestId | None, task_ids: list[str]
+) -> AsyncIterator[Message]:
     # The acknowledgement MUST be the first message, listing only what we agreed to.
-    ack = {"notifications": {"taskIds": task_ids}}
+    ack: JSONObject = {"notifications": {"taskIds": [*task_ids]}}
     yield _notification("notifications/subscriptions/acknowledged", request_id, ack)
-    sent: dict[str, tuple[Any, ...]] = {}
+    sent: dict[str, tuple[Status, str | None, datetime]] = {}
     pending = set(task_ids)
     changed = asyncio.Event()
     with contextlib.ExitStack() as watches:

@@ -10,9 +10,9 @@ notifications (SEP-2663 S-53: "not supported on tasks"; their progress is ``stat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.protocol.shapes import LogMessageParams, Notification, ProgressParams
 from mcp_celery_tasks.store import TaskRecord
 
 __all__ = ["Relay"]
@@ -47,25 +47,26 @@ class Relay:
             and (self.sent_progress is None or record.progress > self.sent_progress)
         )
 
-    async def notifications(self, services: Services, record: TaskRecord) -> list[dict[str, Any]]:
+    async def notifications(self, services: Services, record: TaskRecord) -> list[Notification]:
         """The notifications for what ``record`` holds beyond what was sent (logs first: they
         were written before the report that follows them)."""
-        messages: list[dict[str, Any]] = []
+        messages: list[Notification] = []
         while self.logs and record.log_seq > self.sent_logs:
             batch = await services.tasks.logs_after(record.task_id, self.sent_logs)
             if not batch:
                 break
             for entry in batch:
                 self.sent_logs = entry.seq
-                params: dict[str, Any] = {"level": entry.level, "data": entry.data}
+                params: LogMessageParams = {"level": entry.level, "data": entry.data}
                 if entry.logger:
                     params["logger"] = entry.logger
                 messages.append({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
+        token = self.progress_token
         if self._new_progress(record):
-            assert record.progress is not None
+            assert record.progress is not None and token is not None  # what _new_progress checked
             self.sent_progress = record.progress
-            progress: dict[str, Any] = {
-                "progressToken": self.progress_token,
+            progress: ProgressParams = {
+                "progressToken": token,
                 "progress": _number(record.progress),
             }
             if record.progress_total is not None:

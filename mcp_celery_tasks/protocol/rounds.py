@@ -7,12 +7,14 @@ hash of the arguments, so a retry can neither be forged nor replayed for another
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict, cast
+from collections.abc import Mapping
+from typing import Literal, TypedDict, cast
 
 from mcp_celery_tasks.errors import MissingCapability
+from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.protocol.sealing import arguments_hash
 from mcp_celery_tasks.protocol.services import Services
-from mcp_celery_tasks.tasks.service import RequestContext
+from mcp_celery_tasks.tasks.service import InputRequest, RequestContext
 from mcp_celery_tasks.tools.inputs import CAPABILITY_FOR, Elicit, validate_response
 from mcp_celery_tasks.tools.registry import ToolSpec
 from mcp_celery_tasks.wire import InputRequired
@@ -26,12 +28,12 @@ class RoundState(TypedDict, total=False):
     ``"task"`` with the ``task`` whose synchronous job asked for input."""
 
     k: Literal["pre", "task"]
-    ans: dict[str, Any]
+    ans: JSONObject
     task: str
 
 
 def open_state(
-    services: Services, ctx: RequestContext, spec: ToolSpec, arguments: dict[str, Any], state: str | None
+    services: Services, ctx: RequestContext, spec: ToolSpec, arguments: JSONObject, state: str | None
 ) -> RoundState | None:
     """The payload of a retried round's ``requestState`` (-32602 if it does not open for this
     principal, tool and arguments, or has expired); None for a first round."""
@@ -42,15 +44,18 @@ def open_state(
 
 
 def preflight(
-    ctx: RequestContext, questions: dict[str, Elicit], state: RoundState | None, responses: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
+    ctx: RequestContext,
+    questions: dict[str, Elicit],
+    state: RoundState | None,
+    responses: Mapping[str, object],
+) -> tuple[JSONObject, dict[str, InputRequest]]:
     """(answers collected so far, the questions still to ask as ``inputRequests`` entries).
 
     Answers of earlier rounds come from the sealed state; this round's are validated against
     their question. A question of a kind the request did not declare is -32021 (MRTR: never ask
     for an undeclared kind).
     """
-    collected: dict[str, Any] = dict((state or {}).get("ans") or {})
+    collected: JSONObject = dict((state or {}).get("ans") or {})
     capabilities = ctx.meta.client_capabilities if ctx.meta else {}
     for key, question in questions.items():
         if key in collected:
@@ -60,7 +65,7 @@ def preflight(
         elif CAPABILITY_FOR[question.method] not in capabilities:
             needed = CAPABILITY_FOR[question.method]
             raise MissingCapability(f"The tool asks first and needs the {needed!r} capability", {needed: {}})
-    missing = {
+    missing: dict[str, InputRequest] = {
         key: {"method": question.method, "params": question.params}
         for key, question in questions.items()
         if key not in collected
@@ -72,13 +77,13 @@ def input_required(
     services: Services,
     ctx: RequestContext,
     spec: ToolSpec,
-    arguments: dict[str, Any],
+    arguments: JSONObject,
     state: RoundState,
-    requests: dict[str, Any],
+    requests: Mapping[str, InputRequest],
 ) -> InputRequired:
     """An ``InputRequiredResult`` whose sealed ``requestState`` carries ``state`` to the retry."""
     sealed = services.sealer.seal(
         {**state, "p": ctx.principal, "t": spec.name, "a": arguments_hash(arguments)},
         services.settings.request_state_ttl_seconds,
     )
-    return InputRequired(input_requests=requests, request_state=sealed)
+    return InputRequired(input_requests=dict(requests), request_state=sealed)

@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeGuard, TypeVar, cast
 
 from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.jsonrpc import ErrorData, JSONRPCError
@@ -31,6 +31,15 @@ from mcp_celery_tasks.errors import (
     InvalidParams,
     MissingCapability,
     ProtocolError,
+)
+from mcp_celery_tasks.json_types import JSONValue
+from mcp_celery_tasks.protocol.shapes import (
+    ErrorResponse,
+    Message,
+    RequestId,
+    Response,
+    ResultResponse,
+    ServerInfo,
 )
 from mcp_celery_tasks.telemetry import metrics
 
@@ -69,18 +78,18 @@ P = TypeVar("P", bound=BaseModel)
 class Stream:
     """Messages for an SSE response; the last one is the JSON-RPC response."""
 
-    messages: AsyncIterator[dict[str, Any]]
+    messages: AsyncIterator[Message]
 
 
 @dataclass(frozen=True)
 class WithHeaders:
     """A result sent with extra response headers (2025-11-25 initialize: ``Mcp-Session-Id``)."""
 
-    result: dict[str, Any]
+    result: Mapping[str, object]
     headers: dict[str, str]
 
 
-Result: TypeAlias = "BaseModel | dict[str, Any] | SyncCall | Stream | WithHeaders"
+Result: TypeAlias = "BaseModel | Mapping[str, object] | SyncCall | Stream | WithHeaders"
 Handler = Callable[["Services", "RequestContext", P], Awaitable[Result]]
 
 
@@ -104,19 +113,24 @@ class Method(Generic[P]):
     """2025-11-25 methods after initialize: served only within a known session."""
 
 
-def error_body(request_id: Any, error: ProtocolError) -> dict[str, Any]:
+def error_body(request_id: RequestId | None, error: ProtocolError) -> ErrorResponse:
     """A JSON-RPC error response (``id`` null when the request's id could not be read)."""
     envelope = JSONRPCError(jsonrpc="2.0", id=request_id, error=ErrorData(**error.to_error()))
-    return envelope.model_dump(mode="json", exclude_unset=True)
+    # mcp_types' JSONRPCError, dumped by alias: ErrorResponse's keys, its values JSON.
+    return cast(ErrorResponse, envelope.model_dump(mode="json", exclude_unset=True))
 
 
 def result_body(
-    request_id: Any, result: dict[str, Any], server_info: dict[str, str] | None
-) -> dict[str, Any]:
+    request_id: RequestId | None, result: Mapping[str, object], server_info: ServerInfo | None
+) -> ResultResponse:
     """A JSON-RPC response; 2026-07-28 results carry ``_meta`` serverInfo (CORE-BASIC SHOULD)."""
     if server_info is not None:
-        meta = result.setdefault("_meta", {})
-        meta[SERVER_INFO_META_KEY] = server_info
+        # Merged into a copy (the caller's result and its ``_meta`` stay as they were); the keys
+        # keep their order, an added ``_meta`` or serverInfo comes last.
+        meta = result.get("_meta", {})
+        if not isinstance(meta, dict):  # JSON: a dict (not the slower Mapping check)
+            raise TypeError(f"a result's _meta must be an object, not {type(meta).__name__}")
+        result = {**result, "_meta": {**meta, SERVER_INFO_META_KEY: server_info}}
     # mcp_types.jsonrpc.JSONRPCResponse's shape, built as a dict: the result is already a JSON
     # value and the id was checked by dispatch (a model round trip cost more than the rest).
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
@@ -166,7 +180,7 @@ def decode_header_value(value: str) -> str:
     return value
 
 
-def unstorable(value: Any, depth: int = 0) -> str | None:
+def unstorable(value: JSONValue, depth: int = 0) -> str | None:
     """Why a parsed body cannot be handled safely, or None: too deep, a NUL (Postgres text
     cannot hold one), an unpaired surrogate (not UTF-8), or a non-finite number."""
     if depth > MAX_DEPTH:
@@ -194,7 +208,7 @@ def unstorable(value: Any, depth: int = 0) -> str | None:
     return None
 
 
-def valid_id(request_id: Any) -> bool:
+def valid_id(request_id: object) -> TypeGuard[RequestId]:
     # JSON-RPC ids are strings or integers here (bool is an int in Python, not in JSON).
     return isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool))
 
@@ -207,19 +221,19 @@ class Reply:
     """What to send: a JSON-RPC response (or nothing for a notification), maybe after waiting."""
 
     http_status: int
-    body: dict[str, Any] | None
+    body: Response | None
     sync: SyncCall | None = None
-    request_id: Any = None
+    request_id: RequestId | None = None
     stream: Stream | None = None
     headers: dict[str, str] | None = None
     method: str = "other"
     started: float = 0.0
-    server_info: dict[str, str] | None = None
+    server_info: ServerInfo | None = None
     counted: bool = False
     """Prometheus counts this request (``metrics_enabled``)."""
 
 
-async def settle(reply: Reply) -> dict[str, Any]:
+async def settle(reply: Reply) -> Response:
     """Await a synchronous call's reply and build its JSON-RPC response (errors mapped)."""
     assert reply.sync is not None
     try:
@@ -252,7 +266,8 @@ def _series(method: str, code: int) -> tuple[Any, Any]:
 
 def observe(reply: Reply) -> None:
     """Count and time a finished request; log it (method, code, latency; never its params)."""
-    code = (reply.body or {}).get("error", {}).get("code", 0) if reply.body else 0
+    body = reply.body
+    code = body["error"]["code"] if body is not None and "error" in body else 0
     elapsed = time.perf_counter() - reply.started
     if reply.counted:
         requests, seconds = _series(reply.method, code)

@@ -14,12 +14,13 @@ import hashlib
 import json
 import os
 import time
-from typing import Any
+from collections.abc import Mapping
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from mcp_celery_tasks.errors import InvalidParams
+from mcp_celery_tasks.json_types import JSONObject
 
 __all__ = ["Sealer", "arguments_hash", "generate_key"]
 
@@ -35,7 +36,7 @@ def _decode_key(text: str) -> bytes:
     return key
 
 
-def arguments_hash(arguments: dict[str, Any]) -> str:
+def arguments_hash(arguments: Mapping[str, object]) -> str:
     canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
@@ -48,13 +49,13 @@ class Sealer:
         self._keys = {hashlib.sha256(k).hexdigest()[:8]: AESGCM(k) for k in material}
         self._current = next(iter(self._keys))
 
-    def seal(self, payload: dict[str, Any], ttl_s: float) -> str:
+    def seal(self, payload: Mapping[str, object], ttl_s: float) -> str:
         body = json.dumps({**payload, "exp": int(time.time() + ttl_s)}, separators=(",", ":")).encode()
         nonce = os.urandom(12)
         sealed = self._keys[self._current].encrypt(nonce, body, self._current.encode())
         return f"{self._current}.{base64.urlsafe_b64encode(nonce + sealed).decode().rstrip('=')}"
 
-    def open(self, state: str, **bound: Any) -> dict[str, Any]:
+    def open(self, state: str, **bound: object) -> JSONObject:
         """The payload, if the state opens, has not expired and matches every ``bound`` field."""
         key_id, _, blob = state.partition(".")
         aead = self._keys.get(key_id)
@@ -62,10 +63,11 @@ class Sealer:
             raise InvalidParams("Invalid requestState")
         try:
             raw = base64.urlsafe_b64decode(blob + "=" * (-len(blob) % 4))
-            payload: dict[str, Any] = json.loads(aead.decrypt(raw[:12], raw[12:], key_id.encode()))
+            payload: JSONObject = json.loads(aead.decrypt(raw[:12], raw[12:], key_id.encode()))
         except (InvalidTag, ValueError, binascii.Error):
             raise InvalidParams("Invalid requestState") from None
-        if payload.get("exp", 0) < time.time():
+        expires = payload.get("exp", 0)  # sealed by us: always a number
+        if not isinstance(expires, int | float) or expires < time.time():
             raise InvalidParams("The requestState has expired; call the tool again")
         for name, value in bound.items():
             if payload.get(name) != value:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mcp_celery_tasks.protocol.sealing import Sealer
+from mcp_celery_tasks.protocol.shapes import ServerInfo
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore
 from mcp_celery_tasks.tasks.events import TaskEvents
@@ -31,5 +32,5 @@ class Services:
     """Open subscriptions per principal in this process."""
 
     @property
-    def server_info(self) -> dict[str, str]:
+    def server_info(self) -> ServerInfo:
         return {"name": self.settings.server_name, "version": self.server_version}

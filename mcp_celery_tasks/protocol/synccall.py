@@ -9,16 +9,19 @@ calls back into the handler modules: their wire rules for a finished call live h
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.errors import InternalError, InvalidParams, MissingCapability, ProtocolError
+from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED, INPUT_REQUIRED
 from mcp_celery_tasks.protocol import rounds as mrtr
 from mcp_celery_tasks.protocol.rpc import error_body
 from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.protocol.shapes import ErrorObject, RequestId, Response
 from mcp_celery_tasks.store import TaskError, TaskRecord
 from mcp_celery_tasks.tasks.service import UNKNOWN_TASK, RequestContext, TaskView
 from mcp_celery_tasks.tools.registry import ToolSpec
@@ -34,7 +37,7 @@ class StoredError(ProtocolError):
 
     http_status = 200
 
-    def __init__(self, error: TaskError) -> None:
+    def __init__(self, error: TaskError | ErrorObject) -> None:
         super().__init__(str(error.get("message", "")), error.get("data"))
         self.code = int(error.get("code", codes.INTERNAL_ERROR))
 
@@ -47,7 +50,7 @@ class Mapper(Protocol):
 
     async def outcome(
         self, services: Services, ctx: RequestContext, view: TaskView | None
-    ) -> dict[str, Any]: ...
+    ) -> Mapping[str, object]: ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class SyncCall:
     cancels_if_abandoned: bool = True
     """The caller going away (its await cancelled) cancels the task (not for tasks/result)."""
 
-    async def result(self) -> dict[str, Any]:
+    async def result(self) -> Mapping[str, object]:
         tasks, principal = self.services.tasks, self.ctx.principal
         relay = self.mapper.relays_inputs
         if self.cancels_if_abandoned:
@@ -80,10 +83,12 @@ class Modern:
     """2026-07-28: the tool's result, an MRTR round for its input request, or an error."""
 
     spec: ToolSpec
-    arguments: dict[str, Any]
+    arguments: JSONObject
     relays_inputs: bool = True
 
-    async def outcome(self, services: Services, ctx: RequestContext, view: TaskView | None) -> dict[str, Any]:
+    async def outcome(
+        self, services: Services, ctx: RequestContext, view: TaskView | None
+    ) -> Mapping[str, object]:
         if view is None:
             raise InternalError("the task disappeared before it finished")
         record = view.record
@@ -113,7 +118,7 @@ class Modern:
         raise ProtocolError("The tool call was cancelled")
 
 
-def _required(error: TaskError) -> dict[str, Any] | None:
+def _required(error: TaskError) -> JSONObject | None:
     data = error.get("data")
     needed = data.get("requiredCapabilities") if isinstance(data, dict) else None
     return needed if isinstance(needed, dict) else None
@@ -129,23 +134,27 @@ class Legacy:
     related: bool
     relays_inputs: bool = False
 
-    async def outcome(self, services: Services, ctx: RequestContext, view: TaskView | None) -> dict[str, Any]:
+    async def outcome(
+        self, services: Services, ctx: RequestContext, view: TaskView | None
+    ) -> Mapping[str, object]:
         message = legacy_message(None, view.record if view else None, self.related)
         if "error" in message:
             raise StoredError(message["error"])
-        result: dict[str, Any] = message["result"]
-        return result
+        return message["result"]
 
 
-def legacy_message(request_id: Any, record: TaskRecord | None, related: bool) -> dict[str, Any]:
+def legacy_message(request_id: RequestId | None, record: TaskRecord | None, related: bool) -> Response:
     """The JSON-RPC response a finished task answers a waiting 2025-11-25 request with."""
     if record is None:
         return error_body(request_id, InvalidParams(UNKNOWN_TASK))
     if record.status == COMPLETED:
-        result = dict(record.result or {"content": [], "isError": False})
+        result: JSONObject = dict(record.result or {"content": [], "isError": False})
         result.pop("resultType", None)
         if related:
-            result["_meta"] = {**(result.get("_meta") or {}), RELATED: {"taskId": record.task_id}}
+            meta = result.get("_meta") or {}
+            if not isinstance(meta, dict):
+                raise TypeError(f"a result's _meta must be an object, not {type(meta).__name__}")
+            result["_meta"] = {**meta, RELATED: {"taskId": record.task_id}}
         return {"jsonrpc": "2.0", "id": request_id, "result": result}
     if record.status == FAILED and record.error:
         return {"jsonrpc": "2.0", "id": request_id, "error": record.error}

@@ -16,18 +16,29 @@ from __future__ import annotations
 import asyncio
 import base64
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 import pydantic_core
 
 from mcp_celery_tasks.errors import InvalidParams, MethodNotFound, ProtocolError, QuotaExceeded
+from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED
 from mcp_celery_tasks.protocol import v2026_07_28 as modern
 from mcp_celery_tasks.protocol.relay import Relay
 from mcp_celery_tasks.protocol.rpc import Result, Stream, WithHeaders, error_body
 from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.protocol.shapes import (
+    InitializeResult,
+    LegacyCreateTaskResult,
+    LegacyListTasksResult,
+    LegacyListToolsResult,
+    LegacyTask,
+    LegacyTool,
+    Message,
+    ServerRequest,
+)
 from mcp_celery_tasks.protocol.synccall import RELATED, Legacy, SyncCall, legacy_message
 from mcp_celery_tasks.store import TaskRecord
 from mcp_celery_tasks.tasks.service import RequestContext, TaskView
@@ -65,12 +76,12 @@ PAGE: Final = 50
 # ---- the wire shape of a task (SEP-1686) ----------------------------------------------------
 
 
-def task(record: TaskRecord) -> dict[str, Any]:
+def task(record: TaskRecord) -> LegacyTask:
     """A SEP-1686 Task: ``ttl`` and ``pollInterval`` (not SEP-2663's ``…Ms`` names)."""
     status = record.status
     if status == COMPLETED and (record.result or {}).get("isError"):
         status = FAILED  # SEP-1686 "Task Execution Errors": a tool error fails the task
-    shown: dict[str, Any] = {
+    shown: LegacyTask = {
         "taskId": record.task_id,
         "status": status,
         "createdAt": iso(record.created_at),
@@ -118,7 +129,7 @@ async def initialize(services: Services, ctx: RequestContext, params: LegacyPara
             limit="sessions",
             maximum=most,
         )
-    result = {
+    result: InitializeResult = {
         "protocolVersion": version,
         "capabilities": {
             "tools": {"listChanged": False},
@@ -133,11 +144,11 @@ async def initialize(services: Services, ctx: RequestContext, params: LegacyPara
     return WithHeaders(result, {"Mcp-Session-Id": session_id})
 
 
-async def ping(services: Services, ctx: RequestContext, params: LegacyParams) -> Result:
+async def ping(services: Services, ctx: RequestContext, params: LegacyParams) -> Mapping[str, object]:
     return {}
 
 
-async def set_level(services: Services, ctx: RequestContext, params: SetLevelParams) -> Result:
+async def set_level(services: Services, ctx: RequestContext, params: SetLevelParams) -> Mapping[str, object]:
     """``logging/setLevel``: the session's later synchronous calls get the jobs' log messages
     at this level and above (never its tasks)."""
     assert ctx.session_id is not None
@@ -146,15 +157,27 @@ async def set_level(services: Services, ctx: RequestContext, params: SetLevelPar
     return {}
 
 
-async def list_tools(services: Services, ctx: RequestContext, params: LegacyListParams) -> Result:
+async def list_tools(
+    services: Services, ctx: RequestContext, params: LegacyListParams
+) -> LegacyListToolsResult:
     if params.cursor is not None:
         raise InvalidParams("Invalid cursor: the tool list has one page")
-    tools = []
+    tools: list[LegacyTool] = []
     for spec in all_tools():
-        entry: dict[str, Any] = {"name": spec.name, "inputSchema": spec.input_schema}
+        entry: LegacyTool
         if spec.description:
-            entry["description"] = spec.description
-        entry["execution"] = {"taskSupport": spec.mode}
+            entry = {
+                "name": spec.name,
+                "inputSchema": spec.input_schema,
+                "description": spec.description,
+                "execution": {"taskSupport": spec.mode},
+            }
+        else:
+            entry = {
+                "name": spec.name,
+                "inputSchema": spec.input_schema,
+                "execution": {"taskSupport": spec.mode},
+            }
         tools.append(entry)
     return {"tools": tools}
 
@@ -198,7 +221,8 @@ async def call_tool(services: Services, ctx: RequestContext, params: LegacyCallT
         log_level=ctx.meta.log_level if relay.logs and ctx.meta is not None else None,
     )
     if as_task:
-        return {"task": task(record)}
+        created: LegacyCreateTaskResult = {"task": task(record)}
+        return created
     return _answer_when_done(services, ctx, record.task_id, related=False, relay=relay)
 
 
@@ -212,7 +236,7 @@ def _answer_when_done(
 
 async def _follow(
     services: Services, ctx: RequestContext, task_id: str, *, related: bool, relay: Relay
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[Message]:
     """Relay the job's input requests as server requests (and its progress and logs, when
     asked), then answer with its outcome."""
     tasks = services.tasks
@@ -245,28 +269,28 @@ async def _follow(
             await tasks.cancel(task_id, ctx.principal, "the caller went away")
 
 
-def _server_requests(view: TaskView, sent: set[str], related: bool) -> list[dict[str, Any]]:
+def _server_requests(view: TaskView, sent: set[str], related: bool) -> list[ServerRequest]:
     """The input requests not relayed yet, as server-to-client JSON-RPC requests."""
-    requests = []
+    requests: list[ServerRequest] = []
     for item in view.inputs:
         if item.key in sent:
             continue
         sent.add(item.key)
-        request_params = dict(item.params or {})
-        if related:
-            request_params["_meta"] = {RELATED: {"taskId": view.record.task_id}}
-        requests.append(
-            {
-                "jsonrpc": "2.0",
-                "id": f"{INPUT_ID_PREFIX}{view.record.task_id}/{item.key}",
-                "method": item.method,
-                **({"params": request_params} if item.params is not None or related else {}),
-            }
-        )
+        request: ServerRequest = {
+            "jsonrpc": "2.0",
+            "id": f"{INPUT_ID_PREFIX}{view.record.task_id}/{item.key}",
+            "method": item.method,
+        }
+        if item.params is not None or related:
+            request_params: JSONObject = dict(item.params or {})
+            if related:
+                request_params["_meta"] = {RELATED: {"taskId": view.record.task_id}}
+            request["params"] = request_params
+        requests.append(request)
     return requests
 
 
-async def client_response(services: Services, principal: str, body: dict[str, Any]) -> None:
+async def client_response(services: Services, principal: str, body: JSONObject) -> None:
     """The client's answer to one of our server-to-client requests (recorded like tasks/update;
     anything that does not fit is ignored and leaves the request outstanding)."""
     response_id = str(body.get("id", ""))
@@ -276,8 +300,10 @@ async def client_response(services: Services, principal: str, body: dict[str, An
     record = await services.tasks.find(task_id, principal)
     if record is None:
         return
-    if "result" in body and isinstance(body["result"], dict):
-        answer = dict(body["result"])
+    result = body.get("result")
+    answer: JSONObject
+    if isinstance(result, dict):
+        answer = dict(result)
         answer.pop("_meta", None)
     else:
         answer = {"action": "decline"}  # the client refused the request
@@ -290,7 +316,7 @@ async def client_response(services: Services, principal: str, body: dict[str, An
 # ---- SEP-1686 tasks/* -------------------------------------------------------------------------
 
 
-async def get_task(services: Services, ctx: RequestContext, params: LegacyTaskParams) -> Result:
+async def get_task(services: Services, ctx: RequestContext, params: LegacyTaskParams) -> LegacyTask:
     return task(await services.tasks.get(params.task_id, ctx.principal))
 
 
@@ -299,7 +325,9 @@ async def task_result(services: Services, ctx: RequestContext, params: LegacyTas
     return _answer_when_done(services, ctx, record.task_id, related=True)
 
 
-async def list_tasks(services: Services, ctx: RequestContext, params: LegacyListParams) -> Result:
+async def list_tasks(
+    services: Services, ctx: RequestContext, params: LegacyListParams
+) -> LegacyListTasksResult:
     after: tuple[datetime, str] | None = None
     if params.cursor is not None:
         try:
@@ -312,7 +340,7 @@ async def list_tasks(services: Services, ctx: RequestContext, params: LegacyList
     # A session's own tasks: never another client's, also when auth is off (everyone is anon).
     assert ctx.session_id is not None
     records = await services.tasks.session_tasks(ctx.principal, ctx.session_id, PAGE + 1, after)
-    result: dict[str, Any] = {"tasks": [task(r) for r in records[:PAGE]]}
+    result: LegacyListTasksResult = {"tasks": [task(r) for r in records[:PAGE]]}
     if len(records) > PAGE:
         last = records[PAGE - 1]
         token = f"{last.created_at.isoformat()}|{last.task_id}".encode()
@@ -320,7 +348,7 @@ async def list_tasks(services: Services, ctx: RequestContext, params: LegacyList
     return result
 
 
-async def cancel_task(services: Services, ctx: RequestContext, params: LegacyTaskParams) -> Result:
+async def cancel_task(services: Services, ctx: RequestContext, params: LegacyTaskParams) -> LegacyTask:
     record = await services.tasks.get(params.task_id, ctx.principal)
     if not record.active:
         # SEP-1686: cancelling a terminal task is an error (SEP-2663 acknowledges instead).

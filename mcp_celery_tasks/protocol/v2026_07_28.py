@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TypedDict
 
 import pydantic_core
 from mcp_types import CallToolResult, DiscoverResult, ListToolsResult, Tool
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.errors import InvalidParams, MissingCapability
-from mcp_celery_tasks.lifecycle import COMPLETED, FAILED, INPUT_REQUIRED
+from mcp_celery_tasks.json_types import JSONObject
+from mcp_celery_tasks.lifecycle import COMPLETED, FAILED, INPUT_REQUIRED, Status
 from mcp_celery_tasks.protocol import rounds as mrtr
 from mcp_celery_tasks.protocol.relay import Relay
 from mcp_celery_tasks.protocol.rpc import Result, Stream, as_protocol_error, error_body, result_body
 from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.protocol.shapes import Message
 from mcp_celery_tasks.protocol.synccall import Modern, SyncCall
 from mcp_celery_tasks.store import TaskRecord
 from mcp_celery_tasks.tasks.service import UNKNOWN_TASK, RequestContext, TaskView
@@ -65,7 +67,19 @@ LISTING_TTL_MS = 60_000
 # ---- the wire shapes of a task ----------------------------------------------------------------
 
 
-def _task_fields(record: TaskRecord) -> dict[str, Any]:
+class _TaskFields(TypedDict):
+    """``wire._TaskFields`` by field name: the keyword arguments of its models."""
+
+    task_id: str
+    status: Status
+    status_message: str | None
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None
+    poll_interval_ms: int | None
+
+
+def _task_fields(record: TaskRecord) -> _TaskFields:
     """The SEP-2663 ``Task`` fields of a row (``ttlMs`` per DESIGN §3)."""
     return {
         "task_id": record.task_id,
@@ -92,7 +106,7 @@ def detailed(view: TaskView) -> DetailedTaskResult:
     elif record.status == FAILED:
         task.error = dict(record.error or {"code": codes.INTERNAL_ERROR, "message": "The task failed"})
     elif record.status == INPUT_REQUIRED:
-        task.input_requests = view.input_requests
+        task.input_requests = dict(view.input_requests)
     return task
 
 
@@ -140,7 +154,7 @@ async def call_tool(services: Services, ctx: RequestContext, params: CallToolPar
         return await _call_tool(services, ctx, params)
 
 
-def resolve_call(services: Services, params: CallToolParams) -> tuple[ToolSpec, dict[str, Any]]:
+def resolve_call(services: Services, params: CallToolParams) -> tuple[ToolSpec, JSONObject]:
     """The tool and its validated, storable arguments (-32602 for an unknown tool, arguments that
     are too large or do not fit the schema)."""
     spec = get_tool(params.name)
@@ -181,7 +195,7 @@ async def _call_tool(services: Services, ctx: RequestContext, params: CallToolPa
     if state is None and responses:
         # SEP-2322: answers sent before anything was asked; the job uses those that fit the
         # questions it asks under the same keys (unknown keys are ignored).
-        offered = {k: v for k, v in list(responses.items())[:MAX_GIVEN] if isinstance(v, dict)}
+        offered: JSONObject = {k: v for k, v in list(responses.items())[:MAX_GIVEN] if isinstance(v, dict)}
         if offered:
             preflight = {**(preflight or {}), GIVEN_KEY: offered}
     as_task = tasked and spec.mode != "forbidden"
@@ -206,10 +220,10 @@ async def _relayed(
     services: Services,
     ctx: RequestContext,
     spec: ToolSpec,
-    arguments: dict[str, Any],
+    arguments: JSONObject,
     task_id: str,
     relay: Relay,
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[Message]:
     """A synchronous call on an SSE stream: the job's progress and logs, then its outcome."""
     tasks = services.tasks
     deadline = tasks.sync_deadline()

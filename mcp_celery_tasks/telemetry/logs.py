@@ -12,7 +12,6 @@ import json
 import logging
 import sys
 import time
-from typing import Any
 
 __all__ = ["JsonFormatter", "configure_logging"]
 
@@ -21,7 +20,7 @@ _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
+        entry: dict[str, object] = {  # a record's extras may be any object: dumped with str()
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),

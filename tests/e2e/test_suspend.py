@@ -308,9 +308,11 @@ def test_a_synchronous_call_suspends_between_its_mrtr_rounds(db_url: str, tmp_pa
         first = alice.request("tools/call", params).result
         assert first["resultType"] == "input_required", first
         with psycopg.connect(stack.database_url, autocommit=True) as conn:
-            (task_id,) = conn.execute(
+            found = conn.execute(
                 "SELECT task_id FROM mcp_tasks WHERE tool_name = 'sp_prework_ask'"
             ).fetchone()
+        assert found is not None
+        (task_id,) = found
         wait_suspended(stack, task_id)
         retry = alice.request(
             "tools/call",
@@ -335,7 +337,9 @@ def test_a_2025_11_25_client_answers_after_the_job_suspended(
         assert run.returncode == 0, run.stderr[-3000:]
         assert json.loads(run.stdout.splitlines()[-1]) == {"text": "legacy: legacy", "isError": False}
         with psycopg.connect(stack.database_url, autocommit=True) as conn:
-            (suspensions,) = conn.execute(
+            found = conn.execute(
                 "SELECT suspensions FROM mcp_tasks WHERE tool_name = 'sp_prework_ask'"
             ).fetchone()
+        assert found is not None
+        (suspensions,) = found
         assert suspensions == 1 and stack.count("legacy", "run") == 2

@@ -18,6 +18,7 @@ from mcp_celery_tasks.client.forms import (
     _Field,
     load_answers,
 )
+from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.tools.inputs import validate_response
 
 
@@ -103,7 +104,7 @@ def test_an_integer_enum_answers_an_integer_and_a_multi_select_a_list() -> None:
 
 # ---- without a terminal ----------------------------------------------------------------------
 
-FORM = {"method": "elicitation/create", "params": {"message": "Delete x?", "requestedSchema": {}}}
+FORM: JSONObject = {"method": "elicitation/create", "params": {"message": "Delete x?", "requestedSchema": {}}}
 
 
 def test_without_a_terminal_an_unanswered_form_is_declined_and_said() -> None:
@@ -115,7 +116,7 @@ def test_without_a_terminal_an_unanswered_form_is_declined_and_said() -> None:
     assert answerer.declined == ["confirm"]
 
 
-SAMPLE = {
+SAMPLE: JSONObject = {
     "method": "sampling/createMessage",
     "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5},
 }
@@ -133,7 +134,7 @@ def test_without_a_terminal_a_sampling_request_is_declined_at_once_and_said() ->
 
 
 def test_a_sampling_request_is_answered_from_the_file_by_key_never_by_the_form_wildcard() -> None:
-    reply = {"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "me"}
+    reply: JSONObject = {"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "me"}
     assert Answerer(_console(), interactive=False, answers={"summary": reply})("summary", SAMPLE) == reply
     console = _console()
     wildcard = Answerer(console, interactive=False, answers={"*": {"action": "accept"}})
@@ -149,7 +150,7 @@ def test_a_declined_form_names_the_keys_the_answers_file_has() -> None:
 
 
 def test_answers_by_key_and_for_any_form() -> None:
-    accept = {"action": "accept", "content": {"confirm": True}}
+    accept: JSONObject = {"action": "accept", "content": {"confirm": True}}
     assert Answerer(_console(), interactive=False, answers={"k": accept})("k", FORM) == accept
     assert Answerer(_console(), interactive=False, answers={"*": accept})("other", FORM) == accept
 

@@ -15,6 +15,7 @@ from mcp_celery_tasks.protocol import methods
 from mcp_celery_tasks.protocol.dispatch import dispatch
 from mcp_celery_tasks.protocol.rpc import Headers, Reply, settle
 from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.protocol.shapes import Response
 from mcp_celery_tasks.tools.registry import tool
 from tests.memory_api import MemoryApiStore, RecordingPublisher
 from tests.unit.conftest import meta
@@ -63,20 +64,26 @@ async def call(
         name=name,
         session_id=session,
     )
-    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+    body: dict[str, Any] = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
     return await dispatch(services, body, headers, principal)
 
 
 def result(reply: Reply) -> dict[str, Any]:
     assert reply.body is not None and "result" in reply.body, reply.body
-    value: dict[str, Any] = reply.body["result"]
+    value: dict[str, Any] = dict(reply.body["result"])
     return value
 
 
 def error(reply: Reply) -> dict[str, Any]:
     assert reply.body is not None and "error" in reply.body, reply.body
-    value: dict[str, Any] = reply.body["error"]
+    value: dict[str, Any] = dict(reply.body["error"])
     return value
+
+
+def answered(body: Response) -> dict[str, Any]:
+    """The result of a settled response."""
+    assert "result" in body, body
+    return dict(body["result"])
 
 
 # ---- the table ---------------------------------------------------------------------------------
@@ -115,7 +122,7 @@ async def test_mcp_name_must_match_the_param_the_table_names(services: Services)
 
 async def test_a_missing_mcp_name_is_refused_only_where_the_table_requires_it(services: Services) -> None:
     headers = Headers(protocol_version="2026-07-28", method="tools/call", name=None)
-    body = {
+    body: dict[str, Any] = {
         "jsonrpc": "2.0",
         "id": 1,
         "method": "tools/call",
@@ -168,7 +175,7 @@ async def test_a_synchronous_call_waits_for_the_job_and_answers_its_result(
     done = {"content": [{"type": "text", "text": "x"}], "isError": False, "resultType": "complete"}
     memory.as_worker_finish(task_id, "completed", result=done)
     body = await asyncio.wait_for(waiting, 2)
-    assert body["result"]["content"] == done["content"]
+    assert answered(body)["content"] == done["content"]
 
 
 async def test_settling_a_synchronous_call_never_reenters_dispatch_or_the_handler_module(
@@ -190,7 +197,7 @@ async def test_settling_a_synchronous_call_never_reenters_dispatch_or_the_handle
         body = await settle(reply)
     finally:
         sys.setprofile(None)
-    assert body["result"]["content"] == done["content"]
+    assert answered(body)["content"] == done["content"]
     assert "mcp_celery_tasks.protocol.synccall" in entered  # the profile sees the package
     assert not entered & {
         "mcp_celery_tasks.protocol.dispatch",
@@ -223,7 +230,7 @@ async def test_a_synchronous_job_that_asks_goes_back_as_an_mrtr_round_then_resum
     waiting = asyncio.create_task(settle(reply))
     form = {"mode": "form", "message": "ok?", "requestedSchema": {"type": "object", "properties": {}}}
     memory.as_worker_ask(task_id, {"q": ("elicitation/create", form)})
-    round_one = (await asyncio.wait_for(waiting, 2))["result"]
+    round_one = answered(await asyncio.wait_for(waiting, 2))
     assert round_one["resultType"] == "input_required" and "taskId" not in round_one
     assert round_one["inputRequests"] == {"q": {"method": "elicitation/create", "params": form}}
     retry = await call(
@@ -245,7 +252,7 @@ async def test_a_request_state_from_another_principal_is_refused(
     (task_id,) = memory.rows
     waiting = asyncio.create_task(settle(reply))
     memory.as_worker_ask(task_id, {"q": ("roots/list", None)})
-    state = (await asyncio.wait_for(waiting, 2))["result"]["requestState"]
+    state = answered(await asyncio.wait_for(waiting, 2))["requestState"]
     params = {"name": "u_forbidden", "arguments": {"name": "x"}, "requestState": state}
     assert (
         error(await call(services, "tools/call", params, principal=STRANGER))["code"] == codes.INVALID_PARAMS

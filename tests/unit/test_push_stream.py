@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -35,7 +35,8 @@ async def open_stream(services: Services, task_id: str) -> AsyncIterator[dict[st
     params = ListenParams.model_validate({"notifications": {"taskIds": [task_id]}, "_meta": meta()})
     stream = await push.listen(services, RequestContext(OWNER, params.meta, request_id=1), params)
     assert isinstance(stream, Stream)
-    return aiter(stream.messages)
+    # Read as plain dicts: each test indexes into the message it expects next.
+    return cast(AsyncIterator[dict[str, Any]], aiter(stream.messages))
 
 
 async def test_idle_streams_read_nothing_and_a_status_message_still_arrives(

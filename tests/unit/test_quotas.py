@@ -34,6 +34,7 @@ async def test_a_burst_then_the_rate() -> None:
     with pytest.raises(QuotaExceeded) as refused:
         q.take_create("alice", limits)
     data = refused.value.data
+    assert isinstance(data, dict) and isinstance(data["retryAfterMs"], int)
     assert data["limit"] == "creates_per_second" and 0 < data["retryAfterMs"] <= 100
     assert refused.value.headers == {"Retry-After": "1"}
     q.take_create("bob", limits)  # another principal, another bucket
@@ -56,7 +57,8 @@ async def test_requests_in_progress_are_counted_and_released() -> None:
     with q.request("alice", limits), q.request("alice", limits):
         with pytest.raises(QuotaExceeded) as refused, q.request("alice", limits):
             pass
-        assert refused.value.data["limit"] == "concurrent_requests"
+        data = refused.value.data
+        assert isinstance(data, dict) and data["limit"] == "concurrent_requests"
         with q.request("bob", limits):
             pass
     with q.request("alice", limits):

@@ -10,6 +10,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -99,8 +100,9 @@ def _open() -> tuple[Settings, WorkerStore]:
     return settings, admin_store(settings)
 
 
-def _resolve(store: WorkerStore, ref: str) -> dict[str, Any]:
-    """The one task ``ref`` names: an exact task or job id, else a unique prefix."""
+def _resolve(store: WorkerStore, ref: str) -> Mapping[str, object]:
+    """The one task ``ref`` names: an exact task or job id, else a unique prefix (its
+    ``admin_match`` row: task_id, job_id, tool, status)."""
     matches = store.admin_match(ref)
     if matches and matches[0]["exact"]:
         return matches[0]
@@ -187,7 +189,7 @@ def show_task(ref: RefArg, as_json: JsonOpt = False) -> None:
     """Everything about one task: inputs, attempts, worker, timings, error kind and message."""
     settings, store = _open()
     with friendly_errors(settings):
-        task_id = _resolve(store, ref)["task_id"]
+        task_id = str(_resolve(store, ref)["task_id"])
         found = store.admin_show(task_id)
     if found is None:  # purged in between
         fail(f"no task or job {ref!r}", EXIT_NOT_FOUND)
@@ -251,7 +253,7 @@ def cancel_task(
     settings, store = _open()
     with friendly_errors(settings):
         match = _resolve(store, ref)
-        cancelled = store.admin_cancel(match["task_id"], reason)
+        cancelled = store.admin_cancel(str(match["task_id"]), reason)
     if not cancelled.cancelled_now or cancelled.task_id is None or cancelled.job_id is None:
         fail(f"task {match['task_id']} is already {match['status']}: nothing to cancel", EXIT_NOT_FOUND)
     problem = _notify_broker(settings, cancelled.job_id, cancelled.task_id, cancelled.wake_inbox)

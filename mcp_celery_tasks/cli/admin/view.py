@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -33,7 +32,9 @@ __all__ = [
 ]
 
 
-def fmt(value: Any) -> str:
+def fmt(value: object) -> str:
+    """A value of an admin row as text: nothing for None, ``1h05m`` for a duration, ISO 8601 for
+    a moment, else ``str()``."""
     if value is None:
         return ""
     if isinstance(value, timedelta):
@@ -44,7 +45,7 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def status_cell(row: dict[str, Any]) -> Text:
+def status_cell(row: Mapping[str, object]) -> Text:
     """``failed`` in red; a task that completed with ``isError`` (a tool error, a crash, a limit)
     is ``errored`` in red too: for an operator it is a failure, whatever the wire status."""
     status = row["status"]
@@ -52,10 +53,10 @@ def status_cell(row: dict[str, Any]) -> Text:
         return Text("failed", style="red")
     if status == "completed" and row.get("error_kind"):
         return Text("errored", style="red")
-    return Text(status)
+    return Text(fmt(status))
 
 
-def _message(row: dict[str, Any]) -> str:
+def _message(row: Mapping[str, object]) -> str:
     if row.get("error_kind") and row.get("last_error"):
         return f"{row['error_kind']}: {row['last_error']}"[:80]
     return str(row.get("last_error") or row.get("status_message") or "")[:80]
@@ -78,10 +79,10 @@ class LsLayout:
     dropped: tuple[str, ...]
 
 
-def _cells(row: dict[str, Any]) -> dict[str, str]:
+def _cells(row: Mapping[str, object]) -> dict[str, str]:
     return {
-        "tool": row["tool"],
-        "owner": row["owner"],
+        "tool": fmt(row["tool"]),
+        "owner": fmt(row["owner"]),
         "age": fmt(row["age"]),
         "runtime": fmt(row["runtime"]),
         "tries": str(row["attempts"]),
@@ -90,7 +91,7 @@ def _cells(row: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _build(rows: Sequence[dict[str, Any]], layout: LsLayout, narrow_box: bool) -> Table:
+def _build(rows: Sequence[Mapping[str, object]], layout: LsLayout, narrow_box: bool) -> Table:
     table = Table(box=box.SIMPLE_HEAD if narrow_box else box.HEAVY_HEAD, show_edge=not narrow_box)
     id_headers = (
         ["task / job" + (" / status" if layout.status_in_id else "")] if layout.stacked else ["task", "job"]
@@ -105,14 +106,14 @@ def _build(rows: Sequence[dict[str, Any]], layout: LsLayout, narrow_box: bool) -
         cells = _cells(row)
         status = status_cell(row)
         if layout.stacked:
-            first: list[Any] = [
+            first: list[RenderableType] = [
                 Text("\n").join(
-                    [Text(row["task_id"]), Text(row["job_id"], style="dim")]
+                    [Text(fmt(row["task_id"])), Text(fmt(row["job_id"]), style="dim")]
                     + ([status] if layout.status_in_id else [])
                 )
             ]
         else:
-            first = [row["task_id"], row["job_id"]]
+            first = [fmt(row["task_id"]), fmt(row["job_id"])]
         table.add_row(*first, *([] if layout.status_in_id else [status]), *(cells[n] for n in layout.columns))
     return table
 
@@ -130,7 +131,7 @@ def print_whole(console: Console, renderable: RenderableType) -> None:
     console.print(renderable, crop=False)
 
 
-def ls_table(rows: Sequence[dict[str, Any]], console: Console, *, wide: bool) -> tuple[Table, LsLayout]:
+def ls_table(rows: Sequence[Mapping[str, object]], console: Console, *, wide: bool) -> tuple[Table, LsLayout]:
     """The widest layout that fits the console without cutting an id."""
     layout = LsLayout(False, False, COLUMN_ORDER, ())
     table = _build(rows, layout, narrow_box=False)
@@ -152,10 +153,10 @@ def ls_table(rows: Sequence[dict[str, Any]], console: Console, *, wide: bool) ->
 
 
 def summary_view(
-    active: list[dict[str, Any]],
-    failures: list[dict[str, Any]],
+    active: Sequence[Mapping[str, object]],
+    failures: Sequence[Mapping[str, object]],
     caption: str,
-    principals: list[dict[str, Any]] | None = None,
+    principals: Sequence[Mapping[str, object]] | None = None,
 ) -> Group:
     """The ``top`` screen: active tasks per queue and tool, fair dispatch per principal, then the
     latest failures."""
@@ -166,8 +167,9 @@ def summary_view(
     )  # fmt: skip
     for row in active:
         table.add_row(
-            row["queue"], row["tool"], str(row["running"]), str(row["queued"]), str(row.get("backlog", 0)),
-            str(row["waiting_for_input"]), str(row.get("suspended", 0)), str(row["stopping"]),
+            fmt(row["queue"]), fmt(row["tool"]), str(row["running"]), str(row["queued"]),
+            str(row.get("backlog", 0)), str(row["waiting_for_input"]), str(row.get("suspended", 0)),
+            str(row["stopping"]),
             fmt(row["longest"]),
         )  # fmt: skip
     shares = Table(
@@ -177,17 +179,18 @@ def summary_view(
     )  # fmt: skip
     for row in principals or []:
         shares.add_row(
-            row["queue"], row["owner"], str(row["running"]), str(row["queued"]), str(row["backlog"]),
-            str(row["waiting_for_input"]), str(row.get("suspended", 0)), fmt(row["oldest_waiting"]),
+            fmt(row["queue"]), fmt(row["owner"]), str(row["running"]), str(row["queued"]),
+            str(row["backlog"]), str(row["waiting_for_input"]), str(row.get("suspended", 0)),
+            fmt(row["oldest_waiting"]),
         )  # fmt: skip
     failed = Table("job", "tool", "when", "kind", "error", title="recent failures")
     for row in failures:
         failed.add_row(
-            Text(row["job_id"], no_wrap=True),
-            row["tool"],
+            Text(fmt(row["job_id"]), no_wrap=True),
+            fmt(row["tool"]),
             fmt(row["created_at"]),
-            row.get("error_kind") or "",
-            (row["last_error"] or "")[:70],
+            fmt(row.get("error_kind")),
+            fmt(row["last_error"])[:70],
         )
     return Group(table, shares, failed, Text(caption, style="dim"))
 
@@ -201,7 +204,7 @@ SHOW_FIELDS = (
 )  # fmt: skip
 
 
-def show_table(row: dict[str, Any]) -> Table:
+def show_table(row: Mapping[str, object]) -> Table:
     table = Table("field", "value", show_header=False)
     for name in SHOW_FIELDS:
         value = row.get(name)

@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypedDict
 
 from mcp_celery_tasks.cli.dev import record as devrecord
 
@@ -33,6 +33,23 @@ GROUP_GRACE_S = 15.0
 SERVICE_GRACE_S = 20.0
 
 
+class GroupsMessage(TypedDict):
+    """``dev``'s process groups (its workers, beat, the API): killed if ``dev`` dies."""
+
+    groups: list[int]
+
+
+class ServiceMessage(TypedDict):
+    """One service ``dev`` started (Postgres, Redis): stopped with ``signal``, then ``force``."""
+
+    service: str
+    pid: int
+    started: str
+    """The process's start time (``record.process_start``): a reused pid is not it."""
+    signal: int
+    force: int
+
+
 @dataclass
 class Guard:
     """``dev``'s end of the pipe."""
@@ -40,7 +57,7 @@ class Guard:
     proc: subprocess.Popen[bytes]
     pipe: IO[bytes]
 
-    def tell(self, message: dict[str, Any]) -> None:
+    def tell(self, message: GroupsMessage | ServiceMessage) -> None:
         with contextlib.suppress(OSError):
             self.pipe.write(json.dumps(message).encode() + b"\n")
             self.pipe.flush()
@@ -114,7 +131,7 @@ def _say(message: str) -> None:
 
 def keep(data_dir: Path, dev_pid: int, messages: IO[bytes]) -> None:
     groups: list[int] = []
-    services: list[dict[str, Any]] = []
+    services: list[ServiceMessage] = []
     for line in messages:  # until dev exits and the pipe closes
         with contextlib.suppress(ValueError):
             message = json.loads(line)
