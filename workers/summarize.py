@@ -23,7 +23,10 @@ MAX_INPUT_BYTES = 50_000
 SYSTEM_PROMPT = "You write short, factual summaries of documents. Answer with the summary only."
 
 
-@tool(retention_seconds=3600, poll_interval_ms=500)
+# The client's model may take a while to write; reading the file again (at most 50 KB) costs
+# less than holding a worker slot meanwhile, so the job gives its slot back at once (suspend) and
+# runs again when the summary arrives: the sample then returns the recorded answer at once.
+@tool(retention_seconds=3600, poll_interval_ms=500, suspend_after=0)
 def summarize_file(ctx: TaskContext, path: str, max_tokens: int = 200) -> dict[str, Any]:
     """Summarize a UTF-8 text file in the files directory with the client's LLM (sampling).
 

@@ -213,7 +213,9 @@ def test_summarize_file_asks_the_clients_model_for_the_summary(dirs: Dirs) -> No
     (request,) = run.requests
     assert request.method == "sampling/createMessage" and request.params is not None
     assert request.params["maxTokens"] == 200
+    # It suspends at the question (suspend_after=0) and runs again from the top once answered:
+    # the file is read twice, the model asked once.
     assert [report.message for report in run.reports] == [
         "reading notes.txt",
         "asking the client's model to summarize 19 characters",
-    ]
+    ] * 2
