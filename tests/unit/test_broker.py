@@ -147,6 +147,15 @@ def test_queue_depth_counts_waiting_messages_and_a_missing_queue_holds_none() ->
 def test_a_broker_nobody_listens_on_comes_out_as_our_broker_error(url: str) -> None:
     # A real transport against a port nothing listens on: the driver's own error, wrapped.
     app = Celery("down", broker=url, set_as_current=False)
+    # One connection try, no pause: what is tested is the wrapping (kombu's default retries of a
+    # publish cost 6 s here, half of the unit suite's time).
+    app.conf.broker_connection_timeout = 0.5
+    app.conf.broker_transport_options = {
+        "max_retries": 1,
+        "interval_start": 0,
+        "interval_step": 0,
+        "interval_max": 0,
+    }
     inbox = Inbox(app, "mcp.inbox.unit.down")
     for call in (inbox.declare, lambda: inbox.wait("t", 0.1), lambda: publish_job(app, "j", "unit.q")):
         with pytest.raises(BrokerUnreachable) as raised:
