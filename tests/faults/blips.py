@@ -132,13 +132,14 @@ class Verdict:
     redeliveries: Counter[int] = field(default_factory=Counter)
     keys: Counter[int] = field(default_factory=Counter)
     starts: Counter[int] = field(default_factory=Counter)
+    suspensions: Counter[int] = field(default_factory=Counter)
 
     def line(self) -> str:
         return (
             f"failed {len(self.failed)}, bodies rerun {len(self.rerun)}, run twice at once "
             f"{len(self.overlapping)}, attempts {dict(self.attempts)}, redeliveries "
             f"{dict(self.redeliveries)}, body starts {dict(self.starts)}, "
-            f"input keys per ask {dict(self.keys)}"
+            f"input keys per ask {dict(self.keys)}, suspensions {dict(self.suspensions)}"
         )
 
 
@@ -153,7 +154,10 @@ def verdict(stack: FaultStack, mix: Mix, timeout: float = 90) -> Verdict:
             seen.failed.append(f"{tool} {row['status']} {row['error_kind']} {result or row['error']}")
         starts = stack.marks(task_id)["start"]
         seen.starts[starts] += 1
-        if starts != 1:
+        # A job that suspended at its question runs again from the top when answered (by design,
+        # not a blip): one start per suspend, besides the first.
+        seen.suspensions[row.get("suspensions", 0)] += 1
+        if starts != 1 + row.get("suspensions", 0):
             seen.rerun.append(task_id)
         if overlapping(stack, task_id):
             seen.overlapping.append(task_id)
