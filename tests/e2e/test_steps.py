@@ -36,7 +36,7 @@ stack's gpu worker may take its jobs."""
 def steps_stack(template_db: str) -> Iterator[Stack]:
     name = f"mcpt_steps_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     dsn = support.create_database(name, template=template_db)
-    extra = {
+    extra: dict[str, Any] = {
         "MCP_TASKS_TOOL_MODULES": TOOLS,
         "MCP_TASKS_LEASE_SECONDS": "3",
         "MCP_TASKS_LEASE_GRACE_SECONDS": "1",

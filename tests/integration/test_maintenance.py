@@ -529,7 +529,7 @@ async def test_collect_garbage_takes_a_task_steps_checkpoints_and_checkpoint_fil
 
     assert gc.collect_garbage(store, checkpoint_dir=str(root)) == 1
     for table in ("mcp_task_steps", "mcp_task_checkpoints", "mcp_task_checkpoint_chunks"):
-        rows = db.execute(f"SELECT DISTINCT task_id FROM {table}").fetchall()  # type: ignore[arg-type]
+        rows = db.execute(f"SELECT DISTINCT task_id FROM {table}").fetchall()
         assert [row["task_id"] for row in rows] == [live.task_id], table
     assert sorted(entry.name for entry in root.iterdir()) == sorted([live.job_id, "young-orphan"])
     assert [path.name.split(".")[0] for path in (root / live.job_id).iterdir()] == ["as-file"]

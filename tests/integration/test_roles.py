@@ -207,5 +207,5 @@ def test_a_worker_records_steps_and_replaces_checkpoints_and_a_task_deleted_take
     _allowed(login("mcp_tasks_maintenance"), f"DELETE FROM mcp_tasks WHERE task_id = '{task_id}'")
     with psycopg.connect(db_url, autocommit=True) as conn:
         for table in ("mcp_task_steps", "mcp_task_checkpoint_chunks"):
-            found = conn.execute(f"SELECT count(*) FROM {table} WHERE task_id = %s", (task_id,)).fetchone()  # type: ignore[arg-type]
+            found = conn.execute(f"SELECT count(*) FROM {table} WHERE task_id = %s", (task_id,)).fetchone()
             assert found == (0,), table

@@ -310,7 +310,7 @@ def test_train_model_resumes_after_its_last_checkpoint_and_trains_as_if_never_st
         CALLS.append("saved")
         return saved
 
-    store.save_checkpoint = stop_after_three  # type: ignore[method-assign]
+    store.save_checkpoint = stop_after_three  # type: ignore[method-assign,assignment]
     runner = JobRunner(store, Settings(), lambda: MemoryInbox())
     runner.run(row.job_id)
     assert row.status == "working" and row.redeliveries == 1
