@@ -170,7 +170,7 @@ def test_a_step_met_at_another_position_fails_the_run_clearly() -> None:
         "step 'fit' was recorded as step 2 but this run reached it as step 1: "
         "steps must run in the same order on every run"
     )
-    assert row.error_kind == "tool_error" and CALLS == ["load", "fit"]  # nothing reused, nothing re-ran
+    assert row.error_kind == "step_order" and CALLS == ["load", "fit"]  # nothing reused, nothing re-ran
 
 
 def test_another_step_at_a_recorded_position_fails_the_run_clearly() -> None:
@@ -198,7 +198,7 @@ def test_a_step_result_over_the_cap_is_a_tool_error_and_nothing_is_recorded() ->
         "step 'big' returned 202 bytes of JSON, more than the limit of 100 (max_step_result_bytes): "
         "save large data with ctx.checkpoint"
     )
-    assert store.step_index(row.task_id) == [(1, "small")]
+    assert store.step_index(row.task_id) == [(1, "small")] and row.error_kind == "step_result"
 
 
 def test_a_step_result_that_is_not_json_is_a_tool_error_and_nothing_is_recorded() -> None:
@@ -256,6 +256,7 @@ def test_a_checkpoint_over_the_cap_is_a_tool_error_and_the_previous_one_stays() 
         "checkpoint 'state' is larger than the limit of 1000 bytes (max_checkpoint_bytes; 1001 read so "
         "far): nothing was saved, the previous checkpoint stays"
     )
+    assert row.error_kind == "checkpoint_too_large"
     record = store.checkpoint(row.task_id, "state")
     assert record is not None and b"".join(store.checkpoint_chunks(row.task_id, record)) == b"epoch 1"
 
