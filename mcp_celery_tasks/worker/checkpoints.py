@@ -299,7 +299,12 @@ class _opened:
             view = memoryview(data).cast("B")
             return (bytes(view[at : at + CHUNK_BYTES]) for at in range(0, len(view), CHUNK_BYTES))
         if isinstance(data, str | os.PathLike):
-            self._file = open(data, "rb")  # closed by __exit__
+            try:
+                self._file = open(data, "rb")  # closed by __exit__
+            except OSError as exc:
+                raise ToolError(
+                    f"cannot read the checkpoint file {os.fspath(data)}: {exc.strerror}"
+                ) from None
             return _read(self._file)
         if hasattr(data, "read"):
             return _read(data)

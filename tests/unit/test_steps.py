@@ -321,3 +321,17 @@ def test_train_model_resumes_after_its_last_checkpoint_and_trains_as_if_never_st
     assert resumed["resumed_after_epoch"] == 3 and whole.structured["resumed_after_epoch"] == 0
     for key in ("final_loss", "losses", "accuracy"):
         assert resumed[key] == whole.structured[key]
+
+
+@tool(name=PREFIX + "missing_file")
+def _missing_file(ctx: TaskContext, path: str) -> str:
+    ctx.checkpoint.save("state", path)
+    return "saved"
+
+
+def test_a_checkpoint_of_a_file_that_cannot_be_read_is_a_clear_tool_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.bin"
+    run = run_tool(PREFIX + "missing_file", {"path": str(missing)})
+    assert (
+        run.is_error and run.text == f"cannot read the checkpoint file {missing}: No such file or directory"
+    )
