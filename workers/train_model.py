@@ -138,7 +138,7 @@ CHECKPOINT = "training"
 
 
 def _save_checkpoint(ctx: TaskContext, mlp: Mlp, epoch: int, history: list[float]) -> None:
-    """The weights, the epoch they reached and the losses so far (the latest save wins)."""
+    """The weights, the epoch they reached and the losses kept so far (the latest save wins)."""
     buffer = io.BytesIO()
     mlp.save(buffer, epoch=np.array(epoch), losses=np.array(history))
     ctx.checkpoint.save(CHECKPOINT, buffer.getvalue())
@@ -175,12 +175,13 @@ def _overwrite_agreed(ctx: TaskContext, name: str, target: str) -> bool | None:
     return None
 
 
-def _sampled(history: list[float]) -> list[float]:
-    """At most MAX_LOSS_HISTORY losses, evenly spaced, always with the first and the last."""
-    if len(history) <= MAX_LOSS_HISTORY:
-        return history
-    step = (len(history) - 1) / (MAX_LOSS_HISTORY - 1)
-    return [history[round(i * step)] for i in range(MAX_LOSS_HISTORY)]
+def _reported(epochs: int) -> set[int]:
+    """The epochs whose loss the result lists: at most MAX_LOSS_HISTORY, evenly spaced, always
+    with the first and the last (only those are kept, so a checkpoint stays small)."""
+    if epochs <= MAX_LOSS_HISTORY:
+        return set(range(1, epochs + 1))
+    step = (epochs - 1) / (MAX_LOSS_HISTORY - 1)
+    return {round(i * step) + 1 for i in range(MAX_LOSS_HISTORY)}
 
 
 @tool(queue="gpu", retention_seconds=24 * 3600, ask_first={"overwrite": _ask_overwrite})
@@ -228,21 +229,23 @@ def _fit(
     initial_loss = mlp.loss(x_train, y_train)
     history: list[float] = []
     resumed = _resume(ctx, mlp, history)
-    ctx.report(f"epoch {resumed}/{epochs}: loss {history[-1] if history else initial_loss:.4f}")
+    ctx.report(f"epoch {resumed}/{epochs}" if resumed else f"epoch 0/{epochs}: loss {initial_loss:.4f}")
+    reported = _reported(epochs)
     for epoch in range(resumed + 1, epochs + 1):
         ctx.raise_if_cancelled()
         mlp.sgd_epoch(x_train, y_train, learning_rate, np.random.default_rng([seed, epoch]))
         loss = mlp.loss(x_train, y_train)
         if not np.isfinite(loss):
             raise ToolError(f"training diverged at epoch {epoch} (loss {loss}); lower the learning_rate")
-        history.append(loss)
+        if epoch in reported:
+            history.append(loss)
         _save_checkpoint(ctx, mlp, epoch, history)
         ctx.report(f"epoch {epoch}/{epochs}: loss {loss:.4f}")
     return mlp, {
         "resumed_after_epoch": resumed,
         "initial_loss": initial_loss,
         "final_loss": history[-1],
-        "losses": _sampled(history),
+        "losses": history,
         "accuracy": mlp.accuracy(x_test, y_test),
         "train_samples": len(train),
         "test_samples": holdout,
