@@ -23,6 +23,7 @@ from mcp_celery_tasks.errors import (
     WorkerStopping,
 )
 from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.telemetry import metrics
 from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, Row, run_tool
 from mcp_celery_tasks.tools.context import TaskContext as Context
 from mcp_celery_tasks.worker.runner import JobRunner
@@ -335,3 +336,22 @@ def test_a_checkpoint_of_a_file_that_cannot_be_read_is_a_clear_tool_error(tmp_pa
     assert (
         run.is_error and run.text == f"cannot read the checkpoint file {missing}: No such file or directory"
     )
+
+
+def test_steps_run_and_replayed_and_checkpoint_bytes_are_counted_per_tool() -> None:
+    def value(counter: Any, tool_name: str) -> float:
+        return float(counter.labels(tool_name)._value.get())
+
+    two, epochs = PREFIX + "two_steps", PREFIX + "epochs"
+    before = (value(metrics.steps_run, two), value(metrics.steps_replayed, two))
+    saved_before = value(metrics.checkpoint_bytes_saved, epochs)
+    runs("two_steps")
+    assert (value(metrics.steps_run, two), value(metrics.steps_replayed, two)) == (
+        before[0] + 2,
+        before[1] + 2,
+    )
+    PLAN.clear()
+    row, _ = runs("epochs", epochs=2)
+    assert row.status == "completed"
+    sizes = sum(len(json.dumps({"epoch": n, "total": t}).encode()) for n, t in ((1, 1), (2, 3)))
+    assert value(metrics.checkpoint_bytes_saved, epochs) == saved_before + sizes
