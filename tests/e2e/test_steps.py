@@ -92,22 +92,19 @@ def steps_of(stack: Stack, task_id: str) -> list[tuple[int, str, Any]]:
 
 
 def checkpoint_bytes(stack: Stack, task_id: str, name: str) -> bytes | None:
-    """A checkpoint as Postgres holds it: the current generation's chunks, in order."""
+    """A checkpoint as Postgres holds it: the current generation's chunks, in order (one statement,
+    so one snapshot: a save meanwhile replaces the generation and its chunks)."""
     with stack.db() as conn:
-        found = conn.execute(
-            "SELECT generation, size, chunks FROM mcp_task_checkpoints WHERE task_id = %s AND name = %s",
+        rows = conn.execute(
+            "SELECT c.size, c.chunks, k.data FROM mcp_task_checkpoints c"
+            " JOIN mcp_task_checkpoint_chunks k USING (task_id, name, generation)"
+            " WHERE c.task_id = %s AND c.name = %s ORDER BY k.seq",
             (task_id, name),
-        ).fetchone()
-        if found is None:
-            return None
-        generation, size, count = found
-        chunks = conn.execute(
-            "SELECT data FROM mcp_task_checkpoint_chunks WHERE task_id = %s AND name = %s "
-            "AND generation = %s ORDER BY seq",
-            (task_id, name, generation),
         ).fetchall()
-    data = b"".join(bytes(chunk) for (chunk,) in chunks)
-    assert len(chunks) == count and len(data) == size
+    if not rows:
+        return None
+    data = b"".join(bytes(chunk) for _, _, chunk in rows)
+    assert len(rows) == rows[0][1] and len(data) == rows[0][0]
     return data
 
 
