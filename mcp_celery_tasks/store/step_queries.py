@@ -129,6 +129,17 @@ SELECT (SELECT count(*) FROM mine) AS mine, gone.generation, gone.storage, gone.
 FROM (SELECT 1) AS one LEFT JOIN gone ON true
 """
 
+# ---- admin ---------------------------------------------------------------------------------------
+
+ADMIN_STEPS: Final[LiteralString] = """
+SELECT seq, name, size, recorded_at FROM mcp_task_steps WHERE task_id = %(task_id)s ORDER BY seq
+"""
+
+ADMIN_CHECKPOINTS: Final[LiteralString] = """
+SELECT name, storage, size, sha256, path, saved_at FROM mcp_task_checkpoints
+WHERE task_id = %(task_id)s ORDER BY name
+"""
+
 # ---- maintenance -------------------------------------------------------------------------------
 
 KNOWN_JOBS: Final[LiteralString] = """

@@ -512,6 +512,13 @@ class WorkerStore:
             return None
         return CheckpointRecord(name, row["generation"], row["storage"], 0, "", 0, row["path"])
 
+    def admin_durables(self, task_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """A task's recorded steps and its checkpoints (sizes and times, never the data), for admins."""
+        params = {"task_id": task_id}
+        return self._fetch(step_queries.ADMIN_STEPS, params), self._fetch(
+            step_queries.ADMIN_CHECKPOINTS, params
+        )
+
     def known_jobs(self, job_ids: Sequence[str]) -> set[str]:
         """Which of ``job_ids`` still have a task row (the checkpoint directory's orphan sweep)."""
         return {row["job_id"] for row in self._fetch(step_queries.KNOWN_JOBS, {"job_ids": list(job_ids)})}
