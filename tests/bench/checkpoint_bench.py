@@ -6,13 +6,15 @@ hand; pytest never collects this file).
 Uses the machine's Postgres (``MCP_TASKS_TEST_DATABASE_URL``, as the tests do): a fresh database
 migrated to head, one task row held by this process, then ``ctx.checkpoint`` as a job sees it
 (``worker.checkpoints.JobCheckpoints`` over ``WorkerStore``): ``save(path)`` of a file of random
-bytes, ``load_to(path)``, and ``load`` (bytes). Prints MB/s (1 MB = 10^6 bytes) per round.
+bytes, ``load_to(path)``, and ``load`` (bytes). Prints MB/s (1 MB = 10^6 bytes) per round, and the
+process's peak RSS before the first ``load`` (the only call that holds the whole checkpoint).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -55,10 +57,17 @@ def _timed(what: str, size: int, call: Callable[[], Any]) -> None:
     print(f"  {what:<14} {took:6.2f} s  {size / took / 1e6:7.1f} MB/s")
 
 
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _rounds(checkpoints: JobCheckpoints, rounds: int, size: int, source: Path, target: Path) -> None:
     for _ in range(rounds):
         _timed("save(path)", size, lambda: checkpoints.save("weights", source))
         _timed("load_to(path)", size, lambda: checkpoints.load_to("weights", target))
+    # Streamed both ways: the process never held the file whole (load() below does, by design).
+    print(f"  peak RSS so far {_peak_mib():.0f} MiB")
+    for _ in range(rounds):
         _timed("load()", size, lambda: checkpoints.load("weights"))
 
 
@@ -77,6 +86,7 @@ def main() -> int:
             with source.open("wb") as out:
                 for _ in range(args.mib):
                     out.write(os.urandom(1024 * 1024))
+            print(f"peak RSS before any checkpoint {_peak_mib():.0f} MiB")
             for storage, directory in (("postgres", None), ("directory", str(Path(scratch) / "ckpt"))):
                 settings = Settings(
                     database_url=database_url, max_checkpoint_bytes=size, checkpoint_dir=directory
