@@ -66,8 +66,8 @@ class Row:
 
 
 class MemoryStore(MemorySteps):
-    """An in-memory ``WorkerStore`` for the worker side (same guards as the SQL); durable steps
-    and checkpoints are ``MemorySteps``'."""
+    """An in-memory ``WorkerStore`` for the worker side (same guards as the SQL); the methods of
+    durable steps and checkpoints come from ``MemorySteps``."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, max_redeliveries: int = 50) -> None:
         self.max_redeliveries = max_redeliveries

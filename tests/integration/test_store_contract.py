@@ -337,10 +337,10 @@ def test_steps_are_recorded_once_by_position_and_name_for_the_holder_only(side: 
     assert side.store.record_step(task_id, ME, 1, "other", "1") is None  # the position is taken
     assert side.store.record_step(task_id, ME, 2, "fetch", "1") is None  # so is the name
     assert side.store.record_step(task_id, RIVAL, 2, "fit", "1") is False  # not the holder
-    assert side.store.record_step(task_id, ME, 2, "fit", '["a",null]') is True
+    assert side.store.record_step(task_id, ME, 2, "fit", '["a",null,"\\\\u0000"]') is True
     assert side.store.step_index(task_id) == [(1, "fetch"), (2, "fit")]
     assert side.store.step_result(task_id, 1) == {"rows": 3}
-    assert side.store.step_result(task_id, 2) == ["a", None]
+    assert side.store.step_result(task_id, 2) == ["a", None, "\\u0000"]  # a backslash, not a NUL
     with pytest.raises(LookupError):
         side.store.step_result(task_id, 3)
     side.cancel(task_id)
