@@ -1,16 +1,18 @@
 """Durable steps and checkpoints on a real stack: a prefork worker child SIGKILLed mid-run, and
 the re-run resumes from the record instead of redoing the work.
 
-The stack (its own database, Redis, one prefork worker with two children) has a 3 s lease, so the
-job redelivered after the kill is claimed again within seconds. Each tool marks what it ran in
-files (tests/fixtures/durable.py), counted across the task's runs; ``train_model`` is checked
-against an uninterrupted run of itself.
+The stack (its own database, Redis, one prefork worker with two children, and one for the ``gpu``
+queue) has a 3 s lease, so the job redelivered after the kill is claimed again within seconds.
+Each tool marks what it ran in files (tests/fixtures/durable.py), counted across the task's runs;
+``train_model`` is checked against an uninterrupted run of itself. The gpu worker keeps its
+checkpoints in a directory (``MCP_TASKS_CHECKPOINT_DIR``), the other in Postgres.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 import uuid
 from collections.abc import Iterator
@@ -44,11 +46,15 @@ def steps_stack(template_db: str) -> Iterator[Stack]:
     }
     try:
         with support.running_stack("steps", dsn, REDIS_URL, f"s{uuid.uuid4().hex[:6]}", **extra) as stack:
-            gpu = support.start_worker("steps-gpu-worker", dict(stack.env, MCP_TASKS_DEFAULT_QUEUE="gpu"), 1)
+            files = LOG_DIR.parent / f"steps-checkpoints-{uuid.uuid4().hex[:6]}"
+            gpu_env = dict(stack.env, MCP_TASKS_DEFAULT_QUEUE="gpu", MCP_TASKS_CHECKPOINT_DIR=str(files))
+            gpu = support.start_worker("steps-gpu-worker", gpu_env, 1)
+            stack.env["TEST_CHECKPOINT_DIR"] = str(files)
             try:
                 yield stack
             finally:
                 gpu.stop(signal.SIGQUIT, timeout=20)
+                shutil.rmtree(files, ignore_errors=True)
     finally:
         support.drop_database(name)
 
@@ -108,6 +114,26 @@ def checkpoint_bytes(stack: Stack, task_id: str, name: str) -> bytes | None:
     return data
 
 
+def checkpoint_file(stack: Stack, task_id: str, name: str) -> bytes | None:
+    """A checkpoint kept as a file: the one its row names (None while there is none, or when a
+    save replaced it between the two reads)."""
+    with stack.db() as conn:
+        found = conn.execute(
+            "SELECT storage, path, size FROM mcp_task_checkpoints WHERE task_id = %s AND name = %s",
+            (task_id, name),
+        ).fetchone()
+    if found is None:
+        return None
+    storage, path, size = found
+    assert storage == "directory", storage
+    try:
+        data = (Path(stack.env["TEST_CHECKPOINT_DIR"]) / str(path)).read_bytes()
+    except FileNotFoundError:
+        return None
+    assert len(data) == size
+    return data
+
+
 # ---- steps --------------------------------------------------------------------------------------
 
 
@@ -148,14 +174,14 @@ def test_a_run_after_a_kill_mid_training_resumes_after_the_last_checkpointed_epo
 
 
 @pytest.mark.timeout(180)
-def test_train_model_killed_mid_training_resumes_at_its_last_checkpoint_and_trains_as_if_never_stopped(
+def test_train_model_killed_mid_training_resumes_at_its_last_checkpoint_file_and_trains_as_if_never_stopped(
     steps_stack: Stack, client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     arguments = {"model": f"resume-{uuid.uuid4().hex[:6]}", "epochs": 200, "samples": 20_000}
     task_id = client.start("train_model", arguments)
 
     def epoch_saved() -> int:
-        saved = checkpoint_bytes(steps_stack, task_id, "training")
+        saved = checkpoint_file(steps_stack, task_id, "training")
         if saved is None:
             return 0
         with np.load(io.BytesIO(saved)) as state:
@@ -170,7 +196,13 @@ def test_train_model_killed_mid_training_resumes_at_its_last_checkpoint_and_trai
     assert done["status"] == "completed" and done["result"]["isError"] is False, done
     resumed = done["result"]["structuredContent"]
     assert resumed["resumed_after_epoch"] == at_kill and resumed["epochs"] == 200
-    assert steps_stack.row(task_id)["attempts"] == 2
+    row = steps_stack.row(task_id)
+    assert row["attempts"] == 2
+    # One file is left, the last epoch's: each save replaced the one before, no temporary file stays.
+    (left,) = (Path(steps_stack.env["TEST_CHECKPOINT_DIR"]) / row["job_id"]).iterdir()
+    assert left.name.startswith("training.") and left.name.endswith(".ckpt")
+    final = checkpoint_file(steps_stack, task_id, "training")
+    assert final is not None and final == left.read_bytes()
     # The same training, uninterrupted (in this process, in memory): the very same numbers.
     monkeypatch.setenv("MCP_EXAMPLES_MODELS_DIR", str(tmp_path))
     whole = run_tool(train_model, arguments)
