@@ -24,7 +24,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSON, JSONB
 
 from mcp_celery_tasks import lifecycle
 from mcp_celery_tasks.store.queries import NOTIFY_CHANNEL
@@ -221,7 +221,7 @@ task_steps = Table(
     Column("task_id", Text, ForeignKey("mcp_tasks.task_id", ondelete="CASCADE"), nullable=False),
     Column("seq", Integer, nullable=False),
     Column("name", Text, nullable=False),
-    Column("result", JSONB, nullable=False),
+    Column("result", JSON, nullable=False),  # json, not jsonb: replayed exactly as written
     Column("size", Integer, nullable=False),
     Column("recorded_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     PrimaryKeyConstraint("task_id", "seq"),

@@ -62,7 +62,7 @@ RECORD_STEP: Final[LiteralString] = f"""
 WITH mine AS ({_MINE}),
 recorded AS (
     INSERT INTO mcp_task_steps (task_id, seq, name, result, size)
-    SELECT task_id, %(seq)s, %(name)s, %(result)s::jsonb, %(size)s FROM mine
+    SELECT task_id, %(seq)s, %(name)s, %(result)s::json, %(size)s FROM mine
     ON CONFLICT DO NOTHING
     RETURNING seq
 )

@@ -62,7 +62,7 @@ class MemorySteps:
         steps = self._durables(task_id).steps
         if seq in steps or any(recorded == name for recorded, _ in steps.values()):
             return None  # ON CONFLICT DO NOTHING
-        steps[seq] = (name, json.dumps(json.loads(result), separators=(",", ":")))
+        steps[seq] = (name, result)
         return True
 
     def save_checkpoint(

@@ -140,11 +140,6 @@ class JobSteps:
                 f"step {name!r} returned a result that is not JSON ({exc}): return plain data "
                 "(dicts, lists, strings, numbers, booleans, None), or save bytes with ctx.checkpoint"
             ) from None
-        if "\\u0000" in text and _has_nul(value):
-            raise StepResultError(
-                f"step {name!r} returned a string with a NUL character (\\u0000), which Postgres JSON "
-                "cannot store: encode such data (base64) or save it with ctx.checkpoint"
-            )
         size = len(text.encode())
         if size > self._max_result:
             raise StepResultError(
@@ -160,13 +155,3 @@ class JobSteps:
             if self._stopping():
                 raise WorkerStopping("the worker is stopping") from None
             raise
-
-
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
-    if isinstance(value, list | tuple):
-        return any(_has_nul(item) for item in value)
-    return False

@@ -1,6 +1,8 @@
 """Durable steps and checkpoints: a re-run resumes where the work stopped.
 
-``mcp_task_steps`` holds each ``ctx.step`` result (JSON) by its position in the run and its name;
+``mcp_task_steps`` holds each ``ctx.step`` result by its position in the run and its name, as
+``json`` (the text as written, not ``jsonb``: a replay must decode to exactly what the first run
+returned, ``1e+20`` a float and object keys in their order);
 ``mcp_task_checkpoints`` the latest checkpoint of each name (size, digest, where its bytes are),
 and ``mcp_task_checkpoint_chunks`` the bytes of those kept in Postgres, in 1 MiB chunks of one
 generation each (a save writes a new generation, then flips the checkpoint row to it, in one
@@ -36,7 +38,7 @@ def upgrade() -> None:
         sa.Column("task_id", sa.Text(), nullable=False),
         sa.Column("seq", sa.Integer(), nullable=False),
         sa.Column("name", sa.Text(), nullable=False),
-        sa.Column("result", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
+        sa.Column("result", postgresql.JSON(astext_type=sa.Text()), nullable=False),
         sa.Column("size", sa.Integer(), nullable=False),
         sa.Column("recorded_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         _task_fk("mcp_task_steps"),

@@ -348,6 +348,16 @@ def test_steps_are_recorded_once_by_position_and_name_for_the_holder_only(side: 
     assert side.store.step_index(task_id) == [(1, "fetch"), (2, "fit")]
 
 
+def test_a_recorded_step_decodes_exactly_as_it_was_written(side: Side) -> None:
+    task_id = claimed(side)
+    written = '{"b":1,"a":1e+20,"nul":"\\u0000","n":1.0}'
+    assert side.store.record_step(task_id, ME, 1, "exact", written) is True
+    replayed = side.store.step_result(task_id, 1)
+    assert replayed == {"b": 1, "a": 1e20, "nul": "\x00", "n": 1.0}
+    assert list(replayed) == ["b", "a", "nul", "n"]  # keys in their order (jsonb would sort them)
+    assert isinstance(replayed["a"], float) and isinstance(replayed["n"], float)  # jsonb: 1e+20 an int
+
+
 def _chunks(*parts: bytes, fail: Exception | None = None) -> Iterator[bytes]:
     yield from parts
     if fail is not None:
