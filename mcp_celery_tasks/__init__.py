@@ -21,10 +21,13 @@ from mcp_celery_tasks import _moved
 
 if TYPE_CHECKING:
     from mcp_celery_tasks.errors import (
+        CheckpointTooLarge,
         InputNotSupported,
         InputTimedOut,
         McpError,
         SoftTimeLimitExceeded,
+        StepOrderError,
+        StepResultError,
         TaskCancelled,
         ToolError,
     )
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from mcp_celery_tasks.tools.registry import Mode, tool
 
 __all__ = [
+    "CheckpointTooLarge",
     "Elicit",
     "FileRoot",
     "InputNotSupported",
@@ -41,6 +45,8 @@ __all__ = [
     "McpError",
     "Mode",
     "SoftTimeLimitExceeded",
+    "StepOrderError",
+    "StepResultError",
     "TaskCancelled",
     "TaskContext",
     "ToolError",
@@ -60,6 +66,9 @@ _HOMES = {
     "InputTimedOut": "errors",
     "McpError": "errors",
     "SoftTimeLimitExceeded": "errors",
+    "StepOrderError": "errors",
+    "StepResultError": "errors",
+    "CheckpointTooLarge": "errors",
     "TaskCancelled": "errors",
     "ToolError": "errors",
     "Elicit": "tools.inputs",

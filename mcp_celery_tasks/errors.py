@@ -17,7 +17,10 @@ knows its JSON-RPC code.
     ├── ToolError                raised by tool code: the task completes with isError: true
     │   ├── InputTimedOut        nobody answered an input request in time
     │   ├── InputNotSupported    the client did not declare the kind of input asked for
-    │   └── SoftTimeLimitExceeded  the tool ran past its soft time limit
+    │   ├── SoftTimeLimitExceeded  the tool ran past its soft time limit
+    │   ├── StepOrderError     a run met its durable steps in another order than recorded
+    │   ├── StepResultError    a step's result is not JSON, or over max_step_result_bytes
+    │   └── CheckpointTooLarge a checkpoint over max_checkpoint_bytes (the previous one stays)
     ├── McpError                 raised by tool code: the task fails with this JSON-RPC error
     └── InfrastructureError      Postgres or the broker failed; never a tool result (retried)
         ├── BrokerUnreachable    (``broker``) a kombu, redis-py or py-amqp error, wrapped where
@@ -42,6 +45,7 @@ from mcp_celery_tasks.json_types import JSONObject, JSONValue
 
 __all__ = [
     "BrokerUnreachable",
+    "CheckpointTooLarge",
     "HeaderMismatch",
     "InfrastructureError",
     "InputNotSupported",
@@ -58,6 +62,8 @@ __all__ = [
     "ProtocolError",
     "QuotaExceeded",
     "SoftTimeLimitExceeded",
+    "StepOrderError",
+    "StepResultError",
     "TaskCancelled",
     "TooManyWaiting",
     "ToolError",
@@ -219,6 +225,21 @@ class InputNotSupported(ToolError):
     def __init__(self, message: str, capability: str | None = None) -> None:
         super().__init__(message)
         self.capability = capability
+
+
+class StepOrderError(ToolError):
+    """A run reached a recorded durable step (``ctx.step``) at another position, or another step
+    at a recorded position: steps must run in the same order on every run of a task, or a
+    recorded result would be handed to the wrong code. Nothing is reused."""
+
+
+class StepResultError(ToolError):
+    """A step's result cannot be recorded: it is not JSON (``json.dumps`` refused it), or its
+    JSON is larger than ``max_step_result_bytes``. Nothing is recorded."""
+
+
+class CheckpointTooLarge(ToolError):
+    """A checkpoint is larger than ``max_checkpoint_bytes``; the previous one stays as it was."""
 
 
 class TooManyWaiting(ToolError):

@@ -226,6 +226,16 @@ class Settings(BaseSettings):
     """Largest tool result stored; above it the call ends with ``isError``."""
     max_status_message_chars: int = 1024
     """``statusMessage`` is cut to this length."""
+    max_step_result_bytes: int = 1_048_576
+    """Largest result of one durable step (``ctx.step``, as JSON); above it the step fails with a
+    ``StepResultError`` and nothing is recorded."""
+    max_checkpoint_bytes: int = 268_435_456
+    """Largest checkpoint (``ctx.checkpoint.save``); above it the save fails with
+    ``CheckpointTooLarge`` and the previous checkpoint stays."""
+    checkpoint_dir: str | None = None
+    """Keep checkpoints as files under this directory (``<dir>/<job_id>/``), which every worker
+    and the maintenance worker must share; their size and digest stay in Postgres. Unset:
+    checkpoints are stored in Postgres, in 1 MiB chunks."""
 
     max_sync_wait_seconds: float = 300.0
     """A synchronous tools/call waits this long for its job before the task is cancelled."""

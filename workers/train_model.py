@@ -2,7 +2,10 @@
 
 Shows ``queue="gpu"`` routing, per-epoch ``ctx.report`` and ``ctx.raise_if_cancelled``, and an
 ``ask_first`` question that depends on the arguments: overwriting an existing model file is
-confirmed before the task exists, so no worker slot is held while a human thinks.
+confirmed before the task exists, so no worker slot is held while a human thinks. Each epoch
+ends with ``ctx.checkpoint.save`` (the weights, the epoch, the losses): a run that is killed or
+redelivered resumes after the last saved epoch. Each epoch shuffles with a generator seeded by
+``(seed, epoch)``, so a resumed run trains exactly as an uninterrupted one would.
 
 The model is a name under ``MCP_EXAMPLES_MODELS_DIR`` (a ``FileRoot``), never a path chosen
 freely: directories are created only under that root, no symlink is written through, and the
@@ -11,6 +14,7 @@ file is replaced atomically, only with the user's consent.
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
 from typing import Annotated, Any, BinaryIO
@@ -124,9 +128,32 @@ class Mlp:
             self.w1 -= learning_rate * (xb.T @ dhidden)
             self.b1 -= learning_rate * dhidden.sum(axis=0)
 
-    def save(self, handle: BinaryIO) -> None:
-        """Write the weights with ``np.savez`` (a file object: savez adds no ".npz" suffix)."""
-        np.savez(handle, w1=self.w1, b1=self.b1, w2=self.w2, b2=self.b2)
+    def save(self, handle: BinaryIO, **extra: Any) -> None:
+        """Write the weights (and ``extra`` arrays) with ``np.savez`` (a file object: savez adds
+        no ".npz" suffix)."""
+        np.savez(handle, w1=self.w1, b1=self.b1, w2=self.w2, b2=self.b2, **extra)
+
+
+CHECKPOINT = "training"
+
+
+def _save_checkpoint(ctx: TaskContext, mlp: Mlp, epoch: int, history: list[float]) -> None:
+    """The weights, the epoch they reached and the losses kept so far (the latest save wins)."""
+    buffer = io.BytesIO()
+    mlp.save(buffer, epoch=np.array(epoch), losses=np.array(history))
+    ctx.checkpoint.save(CHECKPOINT, buffer.getvalue())
+
+
+def _resume(ctx: TaskContext, mlp: Mlp, history: list[float]) -> int:
+    """Load the last checkpoint of this task into ``mlp`` and ``history``: the epoch it reached
+    (0 on the first run)."""
+    saved = ctx.checkpoint.load(CHECKPOINT)
+    if saved is None:
+        return 0
+    with np.load(io.BytesIO(saved)) as state:  # never pickles: allow_pickle stays False
+        mlp.w1, mlp.b1, mlp.w2, mlp.b2 = state["w1"], state["b1"], state["w2"], state["b2"]
+        history[:] = [float(loss) for loss in state["losses"]]
+        return int(state["epoch"])
 
 
 def _overwrite_agreed(ctx: TaskContext, name: str, target: str) -> bool | None:
@@ -148,12 +175,13 @@ def _overwrite_agreed(ctx: TaskContext, name: str, target: str) -> bool | None:
     return None
 
 
-def _sampled(history: list[float]) -> list[float]:
-    """At most MAX_LOSS_HISTORY losses, evenly spaced, always with the first and the last."""
-    if len(history) <= MAX_LOSS_HISTORY:
-        return history
-    step = (len(history) - 1) / (MAX_LOSS_HISTORY - 1)
-    return [history[round(i * step)] for i in range(MAX_LOSS_HISTORY)]
+def _reported(epochs: int) -> set[int]:
+    """The epochs whose loss the result lists: at most MAX_LOSS_HISTORY, evenly spaced, always
+    with the first and the last (only those are kept, so a checkpoint stays small)."""
+    if epochs <= MAX_LOSS_HISTORY:
+        return set(range(1, epochs + 1))
+    step = (epochs - 1) / (MAX_LOSS_HISTORY - 1)
+    return {round(i * step) + 1 for i in range(MAX_LOSS_HISTORY)}
 
 
 @tool(queue="gpu", retention_seconds=24 * 3600, ask_first={"overwrite": _ask_overwrite})
@@ -200,19 +228,24 @@ def _fit(
     mlp = Mlp.initial(x.shape[1], HIDDEN_UNITS, rng)
     initial_loss = mlp.loss(x_train, y_train)
     history: list[float] = []
-    ctx.report(f"epoch 0/{epochs}: loss {initial_loss:.4f}")
-    for epoch in range(1, epochs + 1):
+    resumed = _resume(ctx, mlp, history)
+    ctx.report(f"epoch {resumed}/{epochs}" if resumed else f"epoch 0/{epochs}: loss {initial_loss:.4f}")
+    reported = _reported(epochs)
+    for epoch in range(resumed + 1, epochs + 1):
         ctx.raise_if_cancelled()
-        mlp.sgd_epoch(x_train, y_train, learning_rate, rng)
+        mlp.sgd_epoch(x_train, y_train, learning_rate, np.random.default_rng([seed, epoch]))
         loss = mlp.loss(x_train, y_train)
         if not np.isfinite(loss):
             raise ToolError(f"training diverged at epoch {epoch} (loss {loss}); lower the learning_rate")
-        history.append(loss)
+        if epoch in reported:
+            history.append(loss)
+        _save_checkpoint(ctx, mlp, epoch, history)
         ctx.report(f"epoch {epoch}/{epochs}: loss {loss:.4f}")
     return mlp, {
+        "resumed_after_epoch": resumed,
         "initial_loss": initial_loss,
         "final_loss": history[-1],
-        "losses": _sampled(history),
+        "losses": history,
         "accuracy": mlp.accuracy(x_test, y_test),
         "train_samples": len(train),
         "test_samples": holdout,

@@ -7,7 +7,10 @@ the maintenance queue, so they never wait behind tool jobs.
 from __future__ import annotations
 
 import logging
+import shutil
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 from mcp_types import jsonrpc as codes
 
@@ -18,7 +21,7 @@ from mcp_celery_tasks.store import WorkerStore
 from mcp_celery_tasks.store.queries import BROKER_DOWN_JOB
 from mcp_celery_tasks.telemetry import metrics
 
-__all__ = ["collect_garbage", "gc_overdue", "sweep"]
+__all__ = ["collect_garbage", "gc_overdue", "sweep", "sweep_checkpoint_dir"]
 
 logger = logging.getLogger("mcp_celery_tasks.gc")
 
@@ -27,8 +30,15 @@ QueueDepth = Callable[[str], "int | None"]
 """How many messages wait in a queue; None when the broker cannot be asked."""
 
 
-def collect_garbage(store: WorkerStore, *, batch: int = 1000, max_batches: int = 100) -> int:
-    """Delete expired rows in bounded batches (inputs cascade); rows with a live lease stay.
+ORPHAN_AFTER_S = 600.0
+"""A job folder under ``checkpoint_dir`` with no task row is removed once untouched this long."""
+
+
+def collect_garbage(
+    store: WorkerStore, *, batch: int = 1000, max_batches: int = 100, checkpoint_dir: str | None = None
+) -> int:
+    """Delete expired rows in bounded batches (inputs, steps and checkpoints cascade); rows with a
+    live lease stay. Then the checkpoint files of deleted tasks (``sweep_checkpoint_dir``).
 
     Each batch is its own short transaction, so polling never waits behind a long delete.
     """
@@ -47,12 +57,42 @@ def collect_garbage(store: WorkerStore, *, batch: int = 1000, max_batches: int =
         sessions += count
         if count < batch:
             break
+    if checkpoint_dir:
+        sweep_checkpoint_dir(store, Path(checkpoint_dir))
     store.record_run("collect_garbage", deleted)
     metrics.gc_deleted.inc(deleted)
     metrics.gc_last_run.set_to_current_time()
     if deleted or sessions:
         logger.info("collected %d expired tasks and %d expired sessions", deleted, sessions)
     return deleted
+
+
+def sweep_checkpoint_dir(
+    store: WorkerStore, root: Path, *, older_than_s: float = ORPHAN_AFTER_S, limit: int = 1000
+) -> int:
+    """Remove the job folders of ``checkpoint_dir`` (``<root>/<job_id>/``) whose task row is gone
+    (collected, purged) and that nobody touched for ``older_than_s``; returns how many. The
+    maintenance worker needs the directory mounted as the workers have it."""
+    if not root.is_dir():
+        return 0
+    now = time.time()
+    stale = {}
+    for entry in root.iterdir():
+        try:
+            if entry.is_dir() and now - entry.stat().st_mtime > older_than_s:
+                stale[entry.name] = entry
+        except OSError:
+            continue  # removed meanwhile
+        if len(stale) >= limit:
+            break
+    if not stale:
+        return 0
+    orphans = set(stale) - store.known_jobs(list(stale))
+    for job_id in orphans:
+        shutil.rmtree(stale[job_id], ignore_errors=True)
+    if orphans:
+        logger.info("removed the checkpoint files of %d deleted tasks", len(orphans))
+    return len(orphans)
 
 
 def gc_overdue(store: WorkerStore, settings: Settings) -> float | None:

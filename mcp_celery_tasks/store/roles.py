@@ -7,7 +7,8 @@ makes the login roles the processes connect as members (``GRANT mcp_tasks_worker
 - ``mcp_tasks_api``: the API process (requests, its fair publisher, sessions). It writes tasks,
   input answers and sessions; it reads the principal limits, never writes them.
 - ``mcp_tasks_worker``: a worker running tools. It updates the rows of the jobs it claims (claim,
-  lease, report, outcome), opens input rows and appends progress logs; it can neither create nor
+  lease, report, outcome), opens input rows, appends progress logs, records durable steps and
+  replaces checkpoints; it can neither create nor
   delete a task, nor touch limits or sessions.
 - ``mcp_tasks_maintenance``: the maintenance worker (GC, sweeper): a worker that may also delete
   expired tasks and sessions.
@@ -55,6 +56,9 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_tasks": ("SELECT", "UPDATE"),
         "mcp_task_inputs": _WRITE,
         "mcp_task_logs": ("SELECT", "INSERT"),
+        "mcp_task_steps": ("SELECT", "INSERT"),
+        "mcp_task_checkpoints": _ALL,  # a save replaces the previous checkpoint's chunks
+        "mcp_task_checkpoint_chunks": _ALL,
         "mcp_principal_limits": _READ,
         "mcp_maintenance": _ALL,
         "alembic_version": _READ,
@@ -64,6 +68,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_inputs": _WRITE,
         "mcp_task_logs": ("SELECT", "INSERT"),
         "mcp_sessions": ("SELECT", "DELETE"),
+        "mcp_task_checkpoints": _READ,  # steps and checkpoints go with their task (cascade)
         "mcp_principal_limits": _READ,
         "mcp_maintenance": _ALL,
         "alembic_version": _READ,
@@ -72,6 +77,9 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_tasks": _ALL,
         "mcp_task_inputs": _ALL,
         "mcp_task_logs": _ALL,
+        "mcp_task_steps": _ALL,
+        "mcp_task_checkpoints": _ALL,
+        "mcp_task_checkpoint_chunks": _ALL,
         "mcp_sessions": _ALL,
         "mcp_principal_limits": _ALL,
         "mcp_maintenance": _ALL,

@@ -16,13 +16,15 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSON, JSONB
 
 from mcp_celery_tasks import lifecycle
 from mcp_celery_tasks.store.queries import NOTIFY_CHANNEL
@@ -33,8 +35,11 @@ __all__ = [
     "metadata",
     "principal_limits",
     "sessions",
+    "task_checkpoint_chunks",
+    "task_checkpoints",
     "task_inputs",
     "task_logs",
+    "task_steps",
     "tasks",
 ]
 
@@ -206,4 +211,46 @@ sessions = Table(
     Column("log_level", Text, nullable=True),
     Index("ix_mcp_sessions_owner", "owner"),
     Index("ix_mcp_sessions_last_used_at", "last_used_at"),
+)
+
+# ---- durable steps and checkpoints (migration 0012) ---------------------------------------------
+
+task_steps = Table(
+    "mcp_task_steps",
+    metadata,
+    Column("task_id", Text, ForeignKey("mcp_tasks.task_id", ondelete="CASCADE"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("result", JSON, nullable=False),  # json, not jsonb: replayed exactly as written
+    Column("size", Integer, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("task_id", "seq"),
+    UniqueConstraint("task_id", "name"),
+)
+
+task_checkpoints = Table(
+    "mcp_task_checkpoints",
+    metadata,
+    Column("task_id", Text, ForeignKey("mcp_tasks.task_id", ondelete="CASCADE"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("generation", Text, nullable=False),
+    Column("storage", Text, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("chunks", Integer, nullable=False),
+    Column("path", Text, nullable=True),
+    Column("saved_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("task_id", "name"),
+    CheckConstraint("storage IN ('postgres', 'directory')", name="storage"),
+)
+
+task_checkpoint_chunks = Table(
+    "mcp_task_checkpoint_chunks",
+    metadata,
+    Column("task_id", Text, ForeignKey("mcp_tasks.task_id", ondelete="CASCADE"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("generation", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("task_id", "name", "generation", "seq"),
 )

@@ -7,9 +7,11 @@ psycopg serializes statements on a connection.
 
 from __future__ import annotations
 
+import hashlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from typing import Any, LiteralString, TypeVar
 
 import psycopg
@@ -19,14 +21,19 @@ from psycopg.types.json import Jsonb
 from mcp_celery_tasks.errors import InfrastructureError, TooManyWaiting
 from mcp_celery_tasks.lifecycle import ACTIVE
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import _rows, admin_queries, backlog, queries, session_queries
+from mcp_celery_tasks.store import _rows, admin_queries, backlog, queries, session_queries, step_queries
 from mcp_celery_tasks.store._conninfo import connect_kwargs
 from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputRecord
+from mcp_celery_tasks.store.step_queries import CheckpointRecord, StepWrite
 from mcp_celery_tasks.transient import is_infrastructure
 
 __all__ = ["WorkerStore"]
 
 R = TypeVar("R")
+
+
+class _NotOurs(Exception):
+    """Raised inside a transaction to roll it back: the task is not this worker's any more."""
 
 
 class WorkerStore:
@@ -443,3 +450,122 @@ class WorkerStore:
         """Record that the broker could not be reached (kept from the first failure on), or that
         it could again; the sweeper fails backlog jobs only after a long outage."""
         self._execute(queries.BROKER_DOWN if down else queries.BROKER_UP, {"job": queries.BROKER_DOWN_JOB})
+
+    # ---- durable steps and checkpoints (``ctx.step``, ``ctx.checkpoint``; ``step_queries``) ----
+
+    def step_index(self, task_id: str) -> list[tuple[int, str]]:
+        """The task's recorded steps as ``(seq, name)``, in order (the results stay behind)."""
+        rows = self._fetch(step_queries.STEP_INDEX, {"task_id": task_id})
+        return [(int(row["seq"]), str(row["name"])) for row in rows]
+
+    def step_result(self, task_id: str, seq: int) -> Any:
+        """The recorded result of step ``seq`` (decoded JSON); ``LookupError`` if none."""
+        rows = self._fetch(step_queries.STEP_RESULT, {"task_id": task_id, "seq": seq})
+        if not rows:
+            raise LookupError(f"no step {seq} is recorded")
+        return rows[0]["result"]
+
+    def record_step(self, task_id: str, worker: str, seq: int, name: str, result: str) -> StepWrite:
+        """Record step ``seq`` (``result``: its JSON text), fenced (``step_queries.StepWrite``)."""
+        params = {"task_id": task_id, "worker": worker, "seq": seq, "name": name, "result": result,
+                  "size": len(result.encode())}  # fmt: skip
+        row = self._fetch(step_queries.RECORD_STEP, params)[0]
+        if not row["mine"]:
+            return False
+        return True if row["recorded"] else None
+
+    def save_checkpoint(
+        self, task_id: str, worker: str, name: str, generation: str, chunks: Iterable[bytes]
+    ) -> tuple[CheckpointRecord, CheckpointRecord | None] | None:
+        """Store a checkpoint's bytes in Postgres and make it the task's checkpoint ``name``.
+
+        One transaction: the chunks of the new generation, the fenced flip of the checkpoint row,
+        the previous generation's chunks deleted. An error raised by ``chunks`` (a size cap, an
+        unreadable file) rolls it all back, as does a task that is not ours (then None): the
+        previous checkpoint stays intact either way. Returns (the saved record, the previous one).
+        """
+        digest = hashlib.sha256()
+        size = count = 0
+        try:
+            with self._connection() as conn, conn.transaction():
+                for chunk in chunks:
+                    params = {"task_id": task_id, "name": name, "generation": generation, "seq": count,
+                              "data": chunk}  # fmt: skip
+                    conn.execute(step_queries.INSERT_CHUNK, params)
+                    digest.update(chunk)
+                    size, count = size + len(chunk), count + 1
+                record = CheckpointRecord(name, generation, "postgres", size, digest.hexdigest(), count, None)
+                flipped = self._flip_checkpoint(conn, task_id, worker, record)
+                if flipped is None:
+                    raise _NotOurs  # rolls the chunks back
+                params = {"task_id": task_id, "name": name, "generation": generation}
+                conn.execute(step_queries.DELETE_OTHER_CHUNKS, params)
+                return flipped
+        except _NotOurs:
+            return None
+
+    def record_checkpoint(
+        self, task_id: str, worker: str, record: CheckpointRecord
+    ) -> tuple[CheckpointRecord, CheckpointRecord | None] | None:
+        """Make ``record`` (its bytes kept elsewhere: a file) the task's checkpoint of its name,
+        fenced; deletes the chunks of a previous one kept in Postgres. None: not ours."""
+        with self._connection() as conn, conn.transaction():
+            flipped = self._flip_checkpoint(conn, task_id, worker, record)
+            if flipped is not None:
+                params = {"task_id": task_id, "name": record.name, "generation": record.generation}
+                conn.execute(step_queries.DELETE_OTHER_CHUNKS, params)
+            return flipped
+
+    def checkpoint(self, task_id: str, name: str) -> CheckpointRecord | None:
+        rows = self._rows(
+            step_queries.CHECKPOINT, {"task_id": task_id, "name": name}, class_row(CheckpointRecord)
+        )
+        return rows[0] if rows else None
+
+    def checkpoint_chunks(self, task_id: str, record: CheckpointRecord) -> Iterator[bytes]:
+        """The bytes of a checkpoint kept in Postgres, one chunk (one query) at a time."""
+        for seq in range(record.chunks):
+            params = {"task_id": task_id, "name": record.name, "generation": record.generation, "seq": seq}
+            rows = self._fetch(step_queries.CHUNK, params)
+            if not rows:
+                raise LookupError(f"checkpoint {record.name!r} lost chunk {seq} (it was replaced meanwhile)")
+            yield bytes(rows[0]["data"])
+
+    def delete_checkpoint(self, task_id: str, worker: str, name: str) -> CheckpointRecord | bool | None:
+        """Delete checkpoint ``name`` and its chunks, fenced: the deleted record (its file, if any,
+        is the caller's to remove), None if there was none, False if the task is not ours."""
+        row = self._fetch(
+            step_queries.DELETE_CHECKPOINT, {"task_id": task_id, "worker": worker, "name": name}
+        )[0]
+        if not row["mine"]:
+            return False
+        if row["generation"] is None:
+            return None
+        return CheckpointRecord(name, row["generation"], row["storage"], 0, "", 0, row["path"])
+
+    def admin_durables(self, task_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """A task's recorded steps and its checkpoints (sizes and times, never the data), for admins."""
+        params = {"task_id": task_id}
+        return self._fetch(step_queries.ADMIN_STEPS, params), self._fetch(
+            step_queries.ADMIN_CHECKPOINTS, params
+        )
+
+    def known_jobs(self, job_ids: Sequence[str]) -> set[str]:
+        """Which of ``job_ids`` still have a task row (the checkpoint directory's orphan sweep)."""
+        return {row["job_id"] for row in self._fetch(step_queries.KNOWN_JOBS, {"job_ids": list(job_ids)})}
+
+    @staticmethod
+    def _flip_checkpoint(
+        conn: psycopg.Connection[dict[str, Any]], task_id: str, worker: str, record: CheckpointRecord
+    ) -> tuple[CheckpointRecord, CheckpointRecord | None] | None:
+        params = {"task_id": task_id, "worker": worker, "name": record.name, "generation": record.generation,
+                  "storage": record.storage, "size": record.size, "sha256": record.sha256,
+                  "chunks": record.chunks, "path": record.path}  # fmt: skip
+        rows = conn.execute(step_queries.RECORD_CHECKPOINT, params).fetchall()
+        if not rows:
+            return None
+        row = rows[0]
+        saved = replace(record, saved_at=row["saved_at"])
+        if row["generation"] is None or row["generation"] == record.generation:
+            return saved, None
+        return saved, CheckpointRecord(record.name, row["generation"], row["storage"], 0, "", 0, row["path"])

@@ -88,6 +88,14 @@ forced_stops = Counter(
     ["tool", "reason"],
 )
 
+steps_run = Counter("mcp_steps_run", "Durable steps (ctx.step) that ran and were recorded", ["tool"])
+steps_replayed = Counter(
+    "mcp_steps_replayed", "Durable steps a re-run took from the record instead of running", ["tool"]
+)
+checkpoint_bytes_saved = Counter(
+    "mcp_checkpoint_bytes_saved", "Bytes of checkpoints saved (ctx.checkpoint.save)", ["tool"]
+)
+
 
 def render() -> bytes:
     """The API process's metrics in the Prometheus text format."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.store.records import ClaimedTask, InputRecord
+from mcp_celery_tasks.testing.memory_steps import MemorySteps, TaskDurables
 
 __all__ = ["ACTIVE", "TERMINAL", "MemoryInbox", "MemoryStore", "Row", "answer_everything"]
 
@@ -68,8 +69,9 @@ class Row:
     """Every status report written, in order (``status_message`` is the last one)."""
 
 
-class MemoryStore:
-    """An in-memory ``WorkerStore`` for the worker side (same guards as the SQL)."""
+class MemoryStore(MemorySteps):
+    """An in-memory ``WorkerStore`` for the worker side (same guards as the SQL); the methods of
+    durable steps and checkpoints come from ``MemorySteps``."""
 
     def __init__(
         self, clock: Callable[[], float] = time.monotonic, max_redeliveries: int = 50, max_suspended: int = 0
@@ -79,6 +81,7 @@ class MemoryStore:
         self.demand = False
         """What ``suspend_now`` answers: other jobs of the queue wait for a slot."""
         self.rows: dict[str, Row] = {}
+        self.durables: dict[str, TaskDurables] = {}
         self.calls: list[str] = []
         self._failures: dict[str, int] = {}
         self._clock = clock

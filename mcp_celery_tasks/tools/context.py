@@ -13,10 +13,10 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Protocol, get_args
+from typing import Any, ParamSpec, Protocol, get_args
 
 from mcp_types import (
     CreateMessageResult,
@@ -28,6 +28,7 @@ from mcp_types import (
 
 from mcp_celery_tasks.errors import InputNotSupported, InvalidParams, TaskCancelled
 from mcp_celery_tasks.tools import inputs
+from mcp_celery_tasks.tools.steps import NO_STEPS, Checkpoints, TaskSteps
 
 __all__ = ["LOG_LEVELS", "Ask", "TaskContext", "TaskRuntime", "current_context", "get_current_context"]
 
@@ -45,6 +46,8 @@ _PYTHON_LEVEL = {
     "alert": logging.CRITICAL + 5,
     "emergency": logging.CRITICAL + 9,
 }
+
+P = ParamSpec("P")
 
 Ask = tuple[str, dict[str, Any] | None]
 """One input request: ``(method, params)``, e.g. ``("roots/list", None)``."""
@@ -110,6 +113,7 @@ class TaskContext:
         max_outstanding_inputs: int = 16,
         sleep_slice_s: float = 0.2,
         log_level: str | None = None,
+        steps: TaskSteps = NO_STEPS,
     ) -> None:
         self.task_id = task_id
         self.job_id = job_id
@@ -130,6 +134,7 @@ class TaskContext:
         # The lowest level the synchronous caller asked to receive (None: it asked for none).
         self._log_from = LOG_LEVELS.index(log_level) if log_level in LOG_LEVELS else None
         self._logger = logging.getLogger(f"mcp_celery_tasks.tool.{tool_name}")
+        self._steps = steps
 
     @property
     def client_capabilities(self) -> dict[str, Any]:
@@ -207,6 +212,27 @@ class TaskContext:
             if left <= 0:
                 return
             time.sleep(min(left, self._sleep_slice))
+
+    # ---- durable steps and checkpoints (``tools.steps``) ---------------------------------------
+
+    def step(self, name: str, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Run ``fn(*args, **kwargs)`` once per task: its result (JSON) is recorded before this
+        returns, and every later run of the task (after a crash, a redelivery, a resume) returns
+        the recorded result without calling ``fn``. The result is returned as JSON decodes it, on
+        the first run too (a tuple comes back a list).
+
+        Steps must run in the same order on every run (else ``StepOrderError``), their side
+        effects must be idempotent (a run killed before the record runs the step again), and a
+        result is at most ``max_step_result_bytes`` as JSON (else ``StepResultError``).
+        """
+        return self._steps.step(name, fn, args, kwargs)
+
+    @property
+    def checkpoint(self) -> Checkpoints:
+        """The task's checkpoints: ``save(name, data)``, ``load(name)``, ``load_to(name, path)``,
+        ``info(name)``, ``delete(name)``; the latest save of a name wins, and a re-run of the task
+        loads what the last run saved."""
+        return self._steps.checkpoint
 
     # ---- input requests --------------------------------------------------------------------
 

@@ -195,7 +195,7 @@ def _add_beat_jobs(app: Celery, store: WorkerStore, settings: Settings) -> None:
 
     @app.task(name=COLLECT_GARBAGE, ignore_result=True)
     def collect_garbage() -> int:
-        return gc.collect_garbage(store)
+        return gc.collect_garbage(store, checkpoint_dir=settings.checkpoint_dir)
 
     @app.task(name=SWEEP, ignore_result=True)
     def sweep() -> int:

@@ -9,7 +9,15 @@ from typing import Any, Final
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks import lifecycle
-from mcp_celery_tasks.errors import InputNotSupported, InputTimedOut, SoftTimeLimitExceeded, ToolError
+from mcp_celery_tasks.errors import (
+    CheckpointTooLarge,
+    InputNotSupported,
+    InputTimedOut,
+    SoftTimeLimitExceeded,
+    StepOrderError,
+    StepResultError,
+    ToolError,
+)
 
 __all__ = [
     "CANCELLED",
@@ -72,6 +80,12 @@ def tool_error_kind(exc: ToolError) -> str:
         return "input_timeout"
     if isinstance(exc, InputNotSupported):
         return "input_not_supported"
+    if isinstance(exc, StepOrderError):
+        return "step_order"
+    if isinstance(exc, StepResultError):
+        return "step_result"
+    if isinstance(exc, CheckpointTooLarge):
+        return "checkpoint_too_large"
     return "tool_error"
 
 

@@ -62,13 +62,14 @@ from mcp_celery_tasks.worker.outcomes import (
     tool_error_kind,
 )
 from mcp_celery_tasks.worker.runtime import InboxWaiter, Runtime, RuntimeStore
+from mcp_celery_tasks.worker.steps import JobSteps, StepStore
 
 __all__ = ["JobOutcome", "JobRunner", "JobStore", "Outcome", "worker_identity"]
 
 logger = logging.getLogger("mcp_celery_tasks.runner")
 
 
-class JobStore(RuntimeStore, Protocol):
+class JobStore(RuntimeStore, StepStore, Protocol):
     """The store calls of a job's claim and outcome (``WorkerStore`` in production)."""
 
     def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None: ...
@@ -319,7 +320,10 @@ class JobRunner:
             max_outstanding_inputs=self._settings.max_outstanding_inputs,
             sleep_slice_s=self._settings.cancel_check_interval_seconds,
             log_level=job.log_level,
-        )
+            steps=JobSteps(self._store, self._settings, task_id=job.task_id, job_id=job.job_id,
+                           tool_name=job.tool_name, worker=runtime.worker, stopping=lambda: runtime.stopping,
+                           replayed=runtime.replayed, new_work=runtime.reached_new_work),
+        )  # fmt: skip
 
     def _bounded(self, result: dict[str, Any]) -> dict[str, Any]:
         size = len(json.dumps(result, separators=(",", ":")))

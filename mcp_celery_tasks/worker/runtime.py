@@ -360,8 +360,7 @@ class Runtime:
         plan = plan_ask(requests, recorded)
         pending = plan.pending
         if not pending:
-            if self._rerun_since is not None:
-                self._replayed_at = time.monotonic()
+            self.replayed()
             return plan.answers
         self.reached_new_work()
         inbox = self._inbox()
@@ -401,6 +400,11 @@ class Runtime:
                 type(exc.__cause__ or exc).__name__,  # the transport's own error
             )
         self._inbox_down = True
+
+    def replayed(self) -> None:
+        """A re-run passed work an earlier run recorded (an answer, a step)."""
+        if self._rerun_since is not None:
+            self._replayed_at = time.monotonic()
 
     def reached_new_work(self) -> None:
         """The run is past what earlier runs did (a new question, the tool's end): a re-run

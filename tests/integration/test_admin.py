@@ -102,6 +102,28 @@ def test_admins_see_suspended_tasks_as_suspended(db_url: str) -> None:
     assert refused.returncode != 0 and "never purged" in refused.stdout + refused.stderr
 
 
+def test_tasks_show_lists_a_task_s_steps_and_checkpoints_without_their_data(db_url: str) -> None:
+    _seed(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO mcp_task_steps (task_id, seq, name, result, size)"
+            " VALUES ('task-1', 1, 'fetch', '{\"secret\": 1}', 13)"
+        )
+        conn.execute(
+            "INSERT INTO mcp_task_checkpoints (task_id, name, generation, storage, size, sha256, chunks)"
+            " VALUES ('task-1', 'weights', 'g1', 'postgres', 2048, 'abcdef0123456789', 2)"
+        )
+    shown = json.loads(_cli(db_url, "show", "task-1", "--json").stdout)
+    assert [(s["seq"], s["name"], s["size"]) for s in shown["steps"]] == [(1, "fetch", 13)]
+    (saved,) = shown["checkpoints"]
+    assert (saved["name"], saved["storage"], saved["size"]) == ("weights", "postgres", 2048)
+    text = _cli(db_url, "show", "task-1")
+    assert text.returncode == 0, text.stderr
+    assert "step 1 'fetch' (13 bytes" in text.stdout and "secret" not in text.stdout
+    assert "checkpoint 'weights' (2048 bytes in postgres, sha256 abcdef012345" in text.stdout
+    assert json.loads(_cli(db_url, "show", "task-2", "--json").stdout)["steps"] == []
+
+
 def test_tasks_top_once_shows_active_tasks_and_recent_failures(db_url: str) -> None:
     _seed(db_url)
     screen = _cli(db_url, "top", "--once")

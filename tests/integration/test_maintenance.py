@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
 from typing import Any, LiteralString
 
 import psycopg
@@ -21,6 +24,7 @@ from mcp_types import jsonrpc as codes
 from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, NewTask, TaskRecord, WorkerStore, queries
+from mcp_celery_tasks.worker.checkpoints import DirectoryCheckpoints
 from tests.integration.conftest import Db
 from tests.integration.test_store import create, raw_row
 
@@ -504,3 +508,28 @@ async def test_the_collector_deletes_expired_sessions_only(
     store.close()
     left = [row["session_id"] for row in db.execute("SELECT session_id FROM mcp_sessions").fetchall()]
     assert left == ["fresh"]
+
+
+async def test_collect_garbage_takes_a_task_steps_checkpoints_and_checkpoint_files_with_it(
+    api: ApiStore, store: WorkerStore, db: Db, tmp_path: Path
+) -> None:
+    root = tmp_path / "checkpoints"
+    expired, live = await claimed(api, store), await claimed(api, store)
+    for record in (expired, live):
+        assert store.record_step(record.task_id, ME, 1, "fetch", '{"rows": 1}')
+        assert store.save_checkpoint(record.task_id, ME, "in-chunks", "g1", iter([b"abc"])) is not None
+        files = DirectoryCheckpoints(store, root, record.task_id, record.job_id, ME)
+        assert files.save("as-file", "g2", iter([b"weights"])) is not None
+    (root / "young-orphan").mkdir()
+    assert store.finish(expired.task_id, ME, "completed", result={"content": [], "isError": False})
+    move(db, expired.task_id, "expires_at = now() - interval '1 second'")
+    an_hour_ago = time.time() - 3600
+    for job_id in (expired.job_id, live.job_id):
+        os.utime(root / job_id, (an_hour_ago, an_hour_ago))
+
+    assert gc.collect_garbage(store, checkpoint_dir=str(root)) == 1
+    for table in ("mcp_task_steps", "mcp_task_checkpoints", "mcp_task_checkpoint_chunks"):
+        rows = db.execute(f"SELECT DISTINCT task_id FROM {table}").fetchall()
+        assert [row["task_id"] for row in rows] == [live.task_id], table
+    assert sorted(entry.name for entry in root.iterdir()) == sorted([live.job_id, "young-orphan"])
+    assert [path.name.split(".")[0] for path in (root / live.job_id).iterdir()] == ["as-file"]

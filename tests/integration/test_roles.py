@@ -174,3 +174,38 @@ def test_a_stack_runs_a_job_that_reports_and_asks_with_each_process_on_its_own_r
     maintenance.close()
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM mcp_tasks").fetchone() == (0,)
+
+
+def test_a_worker_records_steps_and_replaces_checkpoints_and_a_task_deleted_takes_them_along(
+    login: Login, db_url: str
+) -> None:
+    worker = login("mcp_tasks_worker")
+    _allowed(worker, "SELECT count(*) FROM mcp_task_steps")
+    _denied(worker, "DELETE FROM mcp_task_steps")  # a recorded step is never rewritten
+    _denied(worker, "UPDATE mcp_task_steps SET result = '1'")
+    _allowed(worker, "DELETE FROM mcp_task_checkpoint_chunks WHERE false")  # a save replaces chunks
+    _allowed(worker, "DELETE FROM mcp_task_checkpoints WHERE false")
+    _denied(login("mcp_tasks_api"), "SELECT count(*) FROM mcp_task_steps")
+    _denied(login("mcp_tasks_api"), "SELECT count(*) FROM mcp_task_checkpoint_chunks")
+    task_id = f"t-{uuid.uuid4().hex}"
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, status, retention_ms,"
+            " poll_interval_ms, queue, max_attempts, protocol_version, client_capabilities)"
+            " VALUES (%s, %s, 'anon', 'x', '{}', 'completed', 1, 1, 'q', 1, '2026-07-28', '{}')",
+            (task_id, f"j-{task_id}"),
+        )
+        conn.execute(
+            "INSERT INTO mcp_task_steps (task_id, seq, name, result, size) VALUES (%s, 1, 'a', '1', 1)",
+            (task_id,),
+        )
+        conn.execute(
+            "INSERT INTO mcp_task_checkpoint_chunks (task_id, name, generation, seq, data)"
+            " VALUES (%s, 'c', 'g', 0, 'x')",
+            (task_id,),
+        )
+    _allowed(login("mcp_tasks_maintenance"), f"DELETE FROM mcp_tasks WHERE task_id = '{task_id}'")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for table in ("mcp_task_steps", "mcp_task_checkpoint_chunks"):
+            found = conn.execute(f"SELECT count(*) FROM {table} WHERE task_id = %s", (task_id,)).fetchone()
+            assert found == (0,), table

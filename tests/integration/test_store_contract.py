@@ -10,6 +10,7 @@ The assertions read the worker store's own answers, or the row through ``Side.ro
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -18,8 +19,10 @@ import pytest
 from psycopg.rows import dict_row
 
 from mcp_celery_tasks import TaskContext, tool
+from mcp_celery_tasks.errors import CheckpointTooLarge
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, WorkerStore
+from mcp_celery_tasks.store.step_queries import CheckpointRecord
 from mcp_celery_tasks.testing import MemoryInbox, MemoryStore
 from mcp_celery_tasks.tools.inputs import ELICIT, elicit_params, params_hash
 from mcp_celery_tasks.worker.runner import JobRunner, JobStore
@@ -392,3 +395,91 @@ def test_the_job_runner_suspends_and_resumes_on_either_store(side: Side) -> None
     side.answer(task_id, "go", ACCEPT)
     assert runner.run(job_id).status == "completed"
     assert side.row(task_id)["result"]["content"][0]["text"] == "x: accept"
+
+
+# ---- durable steps and checkpoints (``ctx.step``, ``ctx.checkpoint``) ------------------------------
+
+
+def test_steps_are_recorded_once_by_position_and_name_for_the_holder_only(side: Side) -> None:
+    task_id = claimed(side)
+    assert side.store.record_step(task_id, ME, 1, "fetch", '{"rows":3}') is True
+    assert side.store.record_step(task_id, ME, 1, "other", "1") is None  # the position is taken
+    assert side.store.record_step(task_id, ME, 2, "fetch", "1") is None  # so is the name
+    assert side.store.record_step(task_id, RIVAL, 2, "fit", "1") is False  # not the holder
+    assert side.store.record_step(task_id, ME, 2, "fit", '["a",null,"\\\\u0000"]') is True
+    assert side.store.step_index(task_id) == [(1, "fetch"), (2, "fit")]
+    assert side.store.step_result(task_id, 1) == {"rows": 3}
+    assert side.store.step_result(task_id, 2) == ["a", None, "\\u0000"]  # a backslash, not a NUL
+    with pytest.raises(LookupError):
+        side.store.step_result(task_id, 3)
+    side.cancel(task_id)
+    assert side.store.record_step(task_id, ME, 3, "late", "1") is False
+    assert side.store.step_index(task_id) == [(1, "fetch"), (2, "fit")]
+
+
+def test_a_recorded_step_decodes_exactly_as_it_was_written(side: Side) -> None:
+    task_id = claimed(side)
+    written = '{"b":1,"a":1e+20,"nul":"\\u0000","n":1.0}'
+    assert side.store.record_step(task_id, ME, 1, "exact", written) is True
+    replayed = side.store.step_result(task_id, 1)
+    assert replayed == {"b": 1, "a": 1e20, "nul": "\x00", "n": 1.0}
+    assert list(replayed) == ["b", "a", "nul", "n"]  # keys in their order (jsonb would sort them)
+    assert isinstance(replayed["a"], float) and isinstance(replayed["n"], float)  # jsonb: 1e+20 an int
+
+
+def _chunks(*parts: bytes, fail: Exception | None = None) -> Iterator[bytes]:
+    yield from parts
+    if fail is not None:
+        raise fail
+
+
+def test_a_checkpoint_save_replaces_the_previous_one_whole_or_not_at_all(side: Side) -> None:
+    task_id = claimed(side)
+    saved = side.store.save_checkpoint(task_id, ME, "state", "g1", _chunks(b"ab", b"cd"))
+    assert saved is not None
+    first, previous = saved
+    assert previous is None
+    assert (first.size, first.chunks, first.storage, first.generation) == (4, 2, "postgres", "g1")
+    assert first.sha256 == hashlib.sha256(b"abcd").hexdigest() and first.saved_at is not None
+    # A save whose source fails half way (a size cap) changes nothing.
+    with pytest.raises(CheckpointTooLarge):
+        side.store.save_checkpoint(task_id, ME, "state", "g2", _chunks(b"xy", fail=CheckpointTooLarge("big")))
+    assert side.store.checkpoint(task_id, "state") == first
+    assert b"".join(side.store.checkpoint_chunks(task_id, first)) == b"abcd"
+    saved = side.store.save_checkpoint(task_id, ME, "state", "g3", _chunks(b"new"))
+    assert saved is not None and saved[1] is not None and saved[1].generation == "g1"
+    latest = side.store.checkpoint(task_id, "state")
+    assert latest is not None and latest.generation == "g3"
+    assert b"".join(side.store.checkpoint_chunks(task_id, latest)) == b"new"
+    with pytest.raises(LookupError):  # the previous generation's chunks went with the flip
+        b"".join(side.store.checkpoint_chunks(task_id, first))
+    assert side.store.checkpoint(task_id, "other") is None
+
+
+def test_checkpoint_writes_are_fenced_by_the_lease(side: Side) -> None:
+    task_id = claimed(side)
+    assert side.store.save_checkpoint(task_id, ME, "state", "g1", _chunks(b"kept")) is not None
+    assert side.store.save_checkpoint(task_id, RIVAL, "state", "g2", _chunks(b"rival")) is None
+    file = CheckpointRecord("state", "g3", "directory", 1, "00", 1, "job/state.g3.ckpt")
+    assert side.store.record_checkpoint(task_id, RIVAL, file) is None
+    assert side.store.delete_checkpoint(task_id, RIVAL, "state") is False
+    kept = side.store.checkpoint(task_id, "state")
+    assert kept is not None and b"".join(side.store.checkpoint_chunks(task_id, kept)) == b"kept"
+
+
+def test_a_checkpoint_kept_as_a_file_replaces_one_kept_in_chunks_and_is_deleted(side: Side) -> None:
+    task_id = claimed(side)
+    assert side.store.save_checkpoint(task_id, ME, "state", "g1", _chunks(b"chunks")) is not None
+    file = CheckpointRecord("state", "g2", "directory", 5, "ab", 1, "job/state.g2.ckpt")
+    flipped = side.store.record_checkpoint(task_id, ME, file)
+    assert flipped is not None and flipped[1] is not None and flipped[1].storage == "postgres"
+    found = side.store.checkpoint(task_id, "state")
+    assert found is not None and (found.storage, found.path, found.size) == (
+        "directory",
+        "job/state.g2.ckpt",
+        5,
+    )
+    gone = side.store.delete_checkpoint(task_id, ME, "state")
+    assert isinstance(gone, CheckpointRecord) and gone.path == "job/state.g2.ckpt"
+    assert side.store.delete_checkpoint(task_id, ME, "state") is None
+    assert side.store.checkpoint(task_id, "state") is None

@@ -48,6 +48,7 @@ CELERY_GLUE = frozenset({f"{PACKAGE}.worker.celery_glue"})
 
 def test_public_api_is_pinned() -> None:
     assert sorted(mcp_celery_tasks.__all__) == [
+        "CheckpointTooLarge",
         "Elicit",
         "FileRoot",
         "InputNotSupported",
@@ -55,6 +56,8 @@ def test_public_api_is_pinned() -> None:
         "McpError",
         "Mode",
         "SoftTimeLimitExceeded",
+        "StepOrderError",
+        "StepResultError",
         "TaskCancelled",
         "TaskContext",
         "ToolError",

@@ -78,3 +78,24 @@ def test_readme_testing_example_runs_and_passes(tmp_path: Path) -> None:
     )  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "2 passed" in ran.stdout, ran.stdout
+
+
+def test_readme_durable_steps_example_runs_and_records_its_step_and_checkpoint(tmp_path: Path) -> None:
+    package = tmp_path / "myproject"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "pipeline.py").write_text(_python_block("# myproject/pipeline.py"))
+    probe = (
+        "import json; from mcp_celery_tasks.testing import run_tool; from myproject.pipeline import score; "
+        "run = run_tool(score, {'source': 'db', 'rounds': 3}); "
+        "print(json.dumps([run.structured, [r.message for r in run.reports], run.is_error]))"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path, env={"PYTHONPATH": f"{tmp_path}:{ROOT}"}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    structured, reports, is_error = json.loads(ran.stdout)
+    total = sum(i * i for i in range(100))
+    assert not is_error and structured == {"round": 3, "total": total + total / 2 + total / 3}
+    assert reports == ["round 1/3", "round 2/3", "round 3/3"]

@@ -191,6 +191,7 @@ def show_task(ref: RefArg, as_json: JsonOpt = False) -> None:
     with friendly_errors(settings):
         task_id = str(_resolve(store, ref)["task_id"])
         found = store.admin_show(task_id)
+        steps, checkpoints = store.admin_durables(task_id)
     if found is None:  # purged in between
         fail(f"no task or job {ref!r}", EXIT_NOT_FOUND)
     row, inputs = found
@@ -200,7 +201,8 @@ def show_task(ref: RefArg, as_json: JsonOpt = False) -> None:
         if position is not None:
             row["place_in_line"] = f"{position[0]}{'+' if position[1] else ''} jobs ahead (fair backlog)"
     if as_json:
-        typer.echo(json.dumps({"task": row, "inputs": inputs}, default=fmt, indent=2))
+        shown = {"task": row, "inputs": inputs, "steps": steps, "checkpoints": checkpoints}
+        typer.echo(json.dumps(shown, default=fmt, indent=2))
         return
     print_whole(console, show_table(row))
     for item in inputs:
@@ -210,6 +212,15 @@ def show_task(ref: RefArg, as_json: JsonOpt = False) -> None:
             else ("answered" if item["response"] is not None else "waiting")
         )
         console.print(f"input {item['key']} ({item['method']}, {state}): {json.dumps(item['params'])[:200]}")
+    for step in steps:
+        console.print(
+            f"step {step['seq']} {step['name']!r} ({step['size']} bytes, recorded {fmt(step['recorded_at'])})"
+        )
+    for saved in checkpoints:
+        console.print(
+            f"checkpoint {saved['name']!r} ({saved['size']} bytes in {saved['storage']}, "
+            f"sha256 {saved['sha256'][:12]}…, saved {fmt(saved['saved_at'])})"
+        )
 
 
 def _notify_broker(settings: Settings, job_id: str, task_id: str, inbox: str | None) -> str | None:
