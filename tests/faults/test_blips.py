@@ -250,6 +250,9 @@ def test_three_rolling_restarts_of_every_worker_keep_answers_and_attempts(
         services.broker.url,
         services.root / "runs" / name,
         REMAP_SIGTERM="SIGQUIT",
+        # The waits stay resident, so each restart gives them back (a suspended wait holds no
+        # process a restart could stop: tests/e2e/test_suspend.py).
+        MCP_TASKS_SUSPEND_AFTER_SECONDS="",
         **BLIP_SETTINGS,
     )
     mix = Mix(asks=4, reports=0, busy=0)
