@@ -37,6 +37,7 @@ from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import WorkerStore
 from mcp_celery_tasks.telemetry import metrics, tracing
 from mcp_celery_tasks.tools.registry import all_tools
+from mcp_celery_tasks.worker import claims
 from mcp_celery_tasks.worker.child import (
     after_fork,
     catch_stop_signal,
@@ -79,6 +80,7 @@ def _after_fork(**_: Any) -> None:
     for store in _stores:
         store.forget_after_fork()
     after_fork()
+    claims.after_fork()
 
 
 def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: str) -> threading.Thread:
@@ -93,12 +95,16 @@ def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: st
         app.control.revoke(job_id, terminate=True, signal="SIGKILL", destination=[node])
 
     dog = Watchdog(store, settings, terminate=terminate, signal_soft_limit=signal_soft_limit)
+    board = claims.open_board()  # opened before the fork (worker_init); the children write to it
+    board.start_reader()
 
     def loop() -> None:
         while True:
-            time.sleep(settings.watchdog_interval_seconds)
+            _until_next_tick(dog, settings.watchdog_interval_seconds)
             try:
-                dog.tick(_running_jobs())
+                board.drain()  # every claim said so far, also those of a worker that just woke
+                board.forget_the_dead()
+                dog.tick(_running_jobs(board))
             except Exception:
                 logger.exception("watchdog tick failed")  # the next tick tries again
 
@@ -107,15 +113,30 @@ def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: st
     return thread
 
 
-def _running_jobs() -> list[RunningJob]:
-    """The ``run_tool`` jobs this worker's pool children are running now."""
+def _until_next_tick(dog: Watchdog, interval_s: float) -> None:
+    """Sleep one interval, or less: until a cancelled job's grace ends, or a stopped child wakes."""
+    due = dog.next_due_s
+    deadline = time.monotonic() + (interval_s if due is None else min(interval_s, due + 0.02))
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, WAKE_POLL_S) if dog.has_frozen else left)
+        if dog.woke():
+            return
+
+
+WAKE_POLL_S = 0.05
+"""How often the watchdog looks whether a stopped child woke up (one /proc read per such child)."""
+
+
+def _running_jobs(board: claims.ClaimBoard) -> list[RunningJob]:
+    """The ``run_tool`` jobs this worker's pool children are running now, each with the identity
+    its child said it claimed the job as."""
     for _ in range(5):
         try:
             requests = list(worker_state.active_requests)
         except RuntimeError:  # the consumer thread changed the set meanwhile
             continue
         return [
-            RunningJob(str(req.id), int(req.worker_pid))
+            RunningJob(str(req.id), int(req.worker_pid), board.identity(int(req.worker_pid), str(req.id)))
             for req in requests
             if req.name == RUN_TOOL and req.worker_pid
         ]
@@ -218,6 +239,7 @@ def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> Non
         if getattr(sender, "app", None) is app:
             load_installed_tools(app)  # before the pool forks: children inherit them
             check_input_timeouts(app, settings)
+            claims.open_board()  # before the pool forks: children tell the watchdog their claims
 
     @signals.worker_ready.connect(weak=False)
     def _watch(sender: Any = None, **_: Any) -> None:
