@@ -31,7 +31,7 @@ from mcp_celery_tasks.broker.celery_app import (
     load_installed_tools,
 )
 from mcp_celery_tasks.broker.channel import Inbox
-from mcp_celery_tasks.broker.profiles import profile_for
+from mcp_celery_tasks.broker.profiles import keep_emergency_dumps_out, profile_for
 from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import WorkerStore
@@ -161,6 +161,7 @@ def install(
     if installed is not None:
         return installed
     settings = settings or get_settings()
+    keep_emergency_dumps_out()
     store = WorkerStore(settings)
     app._mcp_store = store  # type: ignore[attr-defined]
     _stores.append(store)
