@@ -83,7 +83,9 @@ def _after_fork(**_: Any) -> None:
     claims.after_fork()
 
 
-def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: str) -> threading.Thread:
+def start_watchdog(
+    app: Celery, store: WorkerStore, settings: Settings, node: str, consumer: Any = None
+) -> threading.Thread:
     """The watchdog thread of a prefork worker's main process (see ``watchdog``).
 
     A forced stop goes through Celery's own remote control (revoke with terminate, to this node
@@ -93,6 +95,9 @@ def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: st
 
     def terminate(job_id: str) -> None:
         app.control.revoke(job_id, terminate=True, signal="SIGKILL", destination=[node])
+
+    if consumer is not None:
+        _replace_killed_children_soon(consumer)
 
     dog = Watchdog(store, settings, terminate=terminate, signal_soft_limit=signal_soft_limit)
     board = claims.open_board()  # opened before the fork (worker_init); the children write to it
@@ -111,6 +116,28 @@ def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: st
     thread = threading.Thread(target=loop, name="mcp-watchdog", daemon=True)
     thread.start()
     return thread
+
+
+REPLACE_AFTER_S = (0.05, 0.2, 0.5, 1.0)
+"""When the pool looks again for a child it just killed, to start its replacement."""
+
+
+def _replace_killed_children_soon(consumer: Any) -> None:
+    """The pool replaces a child killed by a revoke (a forced stop) within a second, not up to
+    its 5 s maintenance timer later: the prefork pool reaps an exited child when its sentinel
+    pipe closes, which can happen just before the kernel lets it be reaped, and then only the
+    timer finds it (measured: 0.2 s or 4.7 s from the kill to the next job). The revoke runs in
+    the consumer's event loop, and so does this handler and the calls it schedules."""
+    hub, pool = getattr(consumer, "hub", None), getattr(consumer, "pool", None)
+    maintain = getattr(pool, "maintain_pool", None)
+    if hub is None or maintain is None:
+        return
+
+    @signals.task_revoked.connect(weak=False)
+    def _revoked(terminated: bool = False, **_: Any) -> None:
+        if terminated:
+            for delay in REPLACE_AFTER_S:
+                hub.call_later(delay, maintain)
 
 
 def _until_next_tick(dog: Watchdog, interval_s: float) -> None:
@@ -247,7 +274,7 @@ def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> Non
         # A prefork worker's main process watches its children; a threads pool has no process
         # to stop, and its jobs keep their leases from their own process.
         if getattr(sender, "app", None) is app and isinstance(getattr(sender, "pool", None), PreforkPool):
-            start_watchdog(app, store, settings, sender.hostname)
+            start_watchdog(app, store, settings, sender.hostname, sender)
 
     if settings.worker_metrics_port:
         port = settings.worker_metrics_port
