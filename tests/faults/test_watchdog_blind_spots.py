@@ -36,8 +36,9 @@ def _beats(stack: FaultStack, task_id: str) -> dict[int, tuple[int, list[float]]
     """attempt -> (pid, the time of every slice of work) of each ``fb_hold`` run."""
     found: dict[int, tuple[int, list[float]]] = {}
     for path in (stack.run_dir / task_id).glob("beats.*"):
-        lines = path.read_text().splitlines()
-        found[int(path.name.split(".")[1])] = (int(lines[0]), [float(x) for x in lines[1:] if x])
+        lines = path.read_text().split("\n")[:-1]  # whole lines only: the body may be writing
+        if lines:
+            found[int(path.name.split(".")[1])] = (int(lines[0]), [float(x) for x in lines[1:]])
     return found
 
 
