@@ -14,6 +14,8 @@ knows its JSON-RPC code.
     │   ├── UnsupportedVersion   -32022  (HTTP 400)
     │   ├── QuotaExceeded        -32001  (HTTP 429, Retry-After)
     │   └── InternalError        -32603
+    │       └── ServiceUnavailable  -32603 (HTTP 503, Retry-After, data.retryAfterMs): Postgres
+    │                            is out of reach; the request may be sent again
     ├── ToolError                raised by tool code: the task completes with isError: true
     │   ├── InputTimedOut        nobody answered an input request in time
     │   ├── InputNotSupported    the client did not declare the kind of input asked for
@@ -61,6 +63,7 @@ __all__ = [
     "ParseError",
     "ProtocolError",
     "QuotaExceeded",
+    "ServiceUnavailable",
     "SoftTimeLimitExceeded",
     "StepOrderError",
     "StepResultError",
@@ -88,6 +91,11 @@ class ProtocolError(McpTasksError):
         super().__init__(message)
         self.message = message
         self.data = data
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """HTTP headers that go with the error (``Retry-After``, when waiting helps)."""
+        return {}
 
     def to_error(self) -> JSONObject:
         """The JSON-RPC error object: ``code``, ``message`` and, when there is any, ``data``."""
@@ -170,6 +178,40 @@ class QuotaExceeded(ProtocolError):
 class InternalError(ProtocolError):
     code = codes.INTERNAL_ERROR
     http_status = 500
+
+
+class ServiceUnavailable(InternalError):
+    """Postgres is out of reach (down, restarting, failing over, cut off): answered after a short
+    bounded wait (``db_unavailable_after_seconds``), never a hang or a stack trace.
+
+    The code stays -32603: SEP-2663 and the MCP core name no code for "temporarily unavailable",
+    -32603 is the internal error (SPEC-CHECKLIST S-45), and MCP reserves -32020..-32099 for the
+    spec itself (S-48). What tells a client to retry is HTTP 503 with ``Retry-After`` (RFC 9110
+    §15.6.4, §10.2.3) and ``data``: ``{"unavailable": "database", "retryAfterMs": …}``.
+
+    Sending the same request again is safe for every method but one: tasks/get reads,
+    tasks/cancel and tasks/update are idempotent (a second cancel or a repeated answer is
+    acknowledged and changes nothing). A tools/call whose row may have been written before the
+    connection broke (``task_id`` given) says so with ``data.taskId`` and ``data.maybeCreated``:
+    ``tasks/get`` that id once the service answers again; a task means it was created (do not
+    call again), -32602 means it was not (call again). Nothing is lost: a row that was written
+    is run like any other.
+    """
+
+    http_status = 503
+
+    def __init__(
+        self, message: str, *, what: str = "database", retry_after_s: float = 1.0, task_id: str | None = None
+    ) -> None:
+        data: JSONObject = {"unavailable": what, "retryAfterMs": max(1, int(retry_after_s * 1000))}
+        if task_id is not None:
+            data.update(taskId=task_id, maybeCreated=True)
+        super().__init__(message, data)
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
 
 
 class ToolError(McpTasksError):
@@ -266,7 +308,12 @@ class McpError(McpTasksError):
 
 
 class InfrastructureError(McpTasksError):
-    """Postgres or the broker failed. The precise error is on ``__cause__``."""
+    """Postgres or the broker failed. The precise error is on ``__cause__``.
+
+    ``maybe_applied``: the statement had been sent when the connection broke, and could not be
+    confirmed since (it may have committed)."""
+
+    maybe_applied: bool = False
 
 
 class BrokerUnreachable(InfrastructureError):

@@ -254,7 +254,13 @@ class Settings(BaseSettings):
     db_pool_max: int = 10
     """Most connections one API process opens (see the connection budget)."""
     db_connect_timeout_seconds: float = 5.0
-    """Bound on connecting to Postgres (and on waiting for a pooled connection)."""
+    """Bound on connecting to Postgres (and on an API request's wait for its turn at the pool
+    while every connection is busy)."""
+    db_unavailable_after_seconds: float = Field(default=0.5, gt=0)
+    """An API request that has its turn at the pool but gets no connection within this long
+    (Postgres is down, restarting or out of reach: a healthy pool hands one out at once or
+    opens one in milliseconds) is answered HTTP 503 ``Retry-After`` with a JSON-RPC error that
+    says so (``data.retryAfterMs``), instead of hanging the whole connect bound."""
     db_statement_timeout_ms: int = 10_000
     """Postgres ``statement_timeout`` for every connection of ours (sent at connect; through a
     transaction pooler set it on the role instead: ``ALTER ROLE … SET statement_timeout``)."""

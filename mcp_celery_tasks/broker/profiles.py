@@ -10,11 +10,13 @@ broker is one new subclass (it registers its schemes by being defined).
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypedDict
 
 from kombu.exceptions import OperationalError
+from kombu.transport.virtual import base as virtual_base
 
 from mcp_celery_tasks.settings import Settings
 
@@ -24,6 +26,7 @@ __all__ = [
     "RedeliveryLimit",
     "RedisProfile",
     "TransportOptions",
+    "keep_emergency_dumps_out",
     "profile_for",
 ]
 
@@ -152,3 +155,29 @@ def profile_for(broker_url: str | None) -> BrokerProfile:
     first = (broker_url or "").split(";", 1)[0].strip()
     scheme = first.partition("://")[0].partition("+")[0].lower()  # redis+socket:// is Redis
     return BrokerProfile._registry.get(scheme, BrokerProfile)()
+
+
+def keep_emergency_dumps_out() -> None:
+    """No kombu "emergency dump" files in the temporary folder (issue 28).
+
+    A virtual transport (Redis) that loses its connection tries to put its delivered but
+    unacknowledged messages back, fails (the server is gone) and pickles them into a new file in
+    ``/tmp`` on every connection loss, which nobody reads and nothing removes. Here the jobs are
+    rows: the sweeper publishes again every job whose message was lost (a lapsed lease, or one
+    never started). So the job ids are logged instead, and no file is written.
+    """
+    virtual_base.emergency_dump_state = _log_unrestored  # type: ignore[attr-defined]  # what its QoS calls
+
+
+def _log_unrestored(state: Any, open_file: Any = None, dump: Any = None, stderr: Any = None) -> None:
+    jobs = [
+        str((message.get("headers") or {}).get("id", "?")) if isinstance(message, dict) else "?"
+        for message in state or ()
+    ]
+    logging.getLogger("mcp_celery_tasks.channel").warning(
+        "the broker connection was lost with %d unacknowledged messages that could not be put "
+        "back (jobs %s); the sweeper publishes their jobs again",
+        len(jobs),
+        ", ".join(jobs[:20]),
+        extra={"event": "broker.unrestored", "jobs": jobs[:100]},
+    )

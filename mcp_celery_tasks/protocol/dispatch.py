@@ -24,7 +24,6 @@ from mcp_celery_tasks.errors import (
     InvalidParams,
     InvalidRequest,
     MethodNotFound,
-    QuotaExceeded,
     UnsupportedVersion,
 )
 from mcp_celery_tasks.json_types import JSONObject, JSONValue
@@ -70,8 +69,7 @@ async def dispatch(services: Services, body: JSONValue, headers: Headers, princi
     except Exception as exc:
         error = as_protocol_error(exc)
         reply = Reply(error.http_status, error_body(request_id, error), request_id=request_id)
-        if isinstance(error, QuotaExceeded):
-            reply.headers = error.headers or None
+        reply.headers = error.headers or None  # Retry-After of a quota or an outage
     reply.method, reply.started = label, started
     reply.counted = services.settings.metrics_enabled
     if reply.sync is None and reply.stream is None:

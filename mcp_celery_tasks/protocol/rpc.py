@@ -25,12 +25,14 @@ from mcp_types.jsonrpc import ErrorData, JSONRPCError
 from pydantic import BaseModel, ValidationError
 
 from mcp_celery_tasks.errors import (
+    BrokerUnreachable,
     HeaderMismatch,
     InfrastructureError,
     InternalError,
     InvalidParams,
     MissingCapability,
     ProtocolError,
+    ServiceUnavailable,
 )
 from mcp_celery_tasks.json_types import JSONValue
 from mcp_celery_tasks.protocol.shapes import (
@@ -136,6 +138,10 @@ def result_body(
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 
+RETRY_AFTER_S = 1.0
+"""What an answer during an outage tells the client to wait before sending the request again."""
+
+
 def as_protocol_error(exc: BaseException) -> ProtocolError:
     """Map anything raised while handling a request to the error the client sees."""
     if isinstance(exc, ProtocolError):
@@ -147,9 +153,11 @@ def as_protocol_error(exc: BaseException) -> ProtocolError:
         )
         return InvalidParams(f"Invalid params: {problems}")
     if isinstance(exc, InfrastructureError):
-        error = InternalError(f"Temporarily unavailable: {exc}")
-        error.http_status = 503
-        return error
+        # -32603 (SPEC-CHECKLIST S-45; S-48 forbids inventing one in -32020..-32099) with HTTP 503,
+        # Retry-After and data.retryAfterMs: the ServiceUnavailable docstring says why and what
+        # a client does with it.
+        what = "broker" if isinstance(exc, BrokerUnreachable) else "database"
+        return ServiceUnavailable(f"Temporarily unavailable: {exc}; retry in {RETRY_AFTER_S:g} s", what=what)
     logger.error("unexpected error while handling a request", exc_info=exc)
     return InternalError("Internal error")
 

@@ -111,26 +111,44 @@ class ApiStore:
         (Postgres restarted since the pool opened it) is replaced and the statement tried once
         more: every statement here is guarded, so running it twice changes nothing the first
         run did not."""
+        sent = False  # a statement went out on a connection that then broke: it may have committed
         for attempt in (1, 2):
             try:
-                left = await self._take_slot()
-                try:
-                    async with self._conn(left) as conn:
-                        cursor = conn.cursor(row_factory=rows)
-                        await cursor.execute(sql, params)
-                        return await cursor.fetchall()
-                finally:
-                    self._slots.release()
+                async with self._connection() as conn:
+                    cursor = conn.cursor(row_factory=rows)
+                    await cursor.execute(sql, params)
+                    return await cursor.fetchall()
             except InfrastructureError as exc:
                 cause = exc.__cause__
+                # A statement cancelled by its timeout was rolled back; a broken connection may
+                # have committed it first.
+                broke = isinstance(cause, psycopg.OperationalError) and not isinstance(
+                    cause, psycopg.errors.QueryCanceled
+                )
+                exc.maybe_applied = sent
                 if isinstance(cause, PoolTimeout):
                     # The pool could not connect within the bound: Postgres is down or the pool
                     # is in its reconnect backoff. Answer now; rebuild the pool if Postgres is back.
                     await self._recover()
                     raise
                 if attempt == 2 or not isinstance(cause, psycopg.OperationalError):
+                    exc.maybe_applied = sent or broke
                     raise
+                sent = sent or broke
         raise AssertionError("unreachable")
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
+        """A pooled connection for one statement: first a turn at the pool (waited for up to the
+        connect bound while every connection is busy), then a connection, waited for only
+        ``db_unavailable_after_seconds``: with a turn, a connection that does not come at once
+        means Postgres is out of reach, and the client is better told so now."""
+        left = await self._take_slot()
+        try:
+            async with self._conn(min(left, self._settings.db_unavailable_after_seconds)) as conn:
+                yield conn
+        finally:
+            self._slots.release()
 
     async def _take_slot(self) -> float:
         """Wait for a statement slot; returns what is left of the connect bound for the pool."""
@@ -195,7 +213,7 @@ class ApiStore:
         params = {"task_id": task_id, "answers": Jsonb(items)}
         # One pipeline: BEGIN, the lock and the answers go out together, and the COMMIT after
         # the row comes back (two round trips instead of four; the input round trip waits on it).
-        async with self._conn() as conn, conn.pipeline(), conn.transaction():
+        async with self._connection() as conn, conn.pipeline(), conn.transaction():
             # Lock the task first: two updates answering different keys at once must each see
             # the other's answers when they count what remains (READ COMMITTED takes a new
             # snapshot per statement), or neither would return the task to working.

@@ -232,20 +232,30 @@ SELECT task_id, pg_notify('{NOTIFY_CHANNEL}', task_id) FROM upd
 
 # ---- the watchdog (a prefork worker's main process) --------------------------------------------
 
+UNATTENDED_STOP: Final = "nobody was running the job any more"
+"""The ``stop_reason`` of a cancelled job the sweeper ended (``END_UNATTENDED_STOPS``)."""
+
 # Every job the pool children run: renew the leases the listed children hold (once a third of
-# the lease is used up), and read each row as the watchdog sees it. ``holder`` is a child's
-# identity prefix ``host:pid:``.
+# the lease is used up), and read each row as the watchdog sees it. ``holder`` is the worker
+# identity the child claimed the job as (``host:pid:nonce``, told at the claim: ``claims``), or
+# its prefix ``host:pid:`` when the child has not said.
 WATCH_JOBS: Final[LiteralString] = f"""
 WITH j AS (
     SELECT * FROM jsonb_to_recordset(%(jobs)s) AS x(job_id text, holder text, renew boolean)
 ), renewed AS (
     UPDATE mcp_tasks t SET lease_until = now() + %(lease_s)s * interval '1 second'
     FROM j
-    WHERE t.job_id = j.job_id AND j.renew AND starts_with(t.worker, j.holder) AND t.status IN {ACTIVE_SQL}
+    WHERE t.job_id = j.job_id AND j.renew AND starts_with(t.worker, j.holder)
+      -- A cancelled job keeps its lease while its process lives, until it stops (by itself or
+      -- killed after its cancel grace): the sweeper must not end it as nobody's meanwhile.
+      AND (t.status IN {ACTIVE_SQL} OR (t.status = '{CANCELLED}' AND t.finished_at IS NULL))
       AND (t.lease_until IS NULL OR t.lease_until < now() + %(lease_s)s * interval '1 second' * 2 / 3)
     RETURNING t.job_id
 )
-SELECT t.job_id, j.holder, t.task_id, t.tool_name, t.status, t.finished_at IS NOT NULL AS finished,
+SELECT t.job_id, j.holder, t.task_id, t.tool_name, t.status,
+       -- Stopped by the child (or a watchdog), not ended by the sweeper, which can be wrong:
+       -- a lease that lapsed while the database was out of reach says nothing of the process.
+       t.finished_at IS NOT NULL AND t.stop_reason IS DISTINCT FROM '{UNATTENDED_STOP}' AS finished,
        starts_with(COALESCE(t.worker, ''), j.holder) AS ours, t.worker IS NULL AS released,
        EXTRACT(EPOCH FROM (now() - t.cancel_requested_at))::float AS cancelled_for_s
 FROM mcp_tasks t JOIN j ON t.job_id = j.job_id
@@ -268,8 +278,8 @@ SELECT task_id, pg_notify('{NOTIFY_CHANNEL}', task_id) FROM upd
 # A cancelled job that did not stop by itself: its process is being killed.
 FORCE_STOPPED: Final[LiteralString] = f"""
 UPDATE mcp_tasks SET finished_at = now(), lease_until = NULL, stop_reason = %(reason)s
-WHERE task_id = %(task_id)s AND starts_with(worker, %(holder)s) AND finished_at IS NULL
-  AND status IN {TERMINAL_SQL}
+WHERE task_id = %(task_id)s AND starts_with(worker, %(holder)s)
+  AND (finished_at IS NULL OR stop_reason = '{UNATTENDED_STOP}') AND status IN {TERMINAL_SQL}
 RETURNING task_id
 """
 
@@ -363,7 +373,7 @@ SELECT task_id, pg_notify('{NOTIFY_CHANNEL}', task_id) FROM upd
 END_UNATTENDED_STOPS: Final[LiteralString] = f"""
 UPDATE mcp_tasks
 SET finished_at = now(), lease_until = NULL,
-    stop_reason = COALESCE(stop_reason, 'nobody was running the job any more')
+    stop_reason = COALESCE(stop_reason, '{UNATTENDED_STOP}')
 WHERE status = '{CANCELLED}' AND finished_at IS NULL
   AND (worker IS NULL OR lease_until IS NULL OR {_LEASE_LAPSED})
 RETURNING task_id

@@ -12,14 +12,16 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import logging
 import secrets
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NotRequired, Protocol, TypedDict
 
-from mcp_celery_tasks.errors import InvalidParams, MissingCapability
+from mcp_celery_tasks.errors import InfrastructureError, InvalidParams, MissingCapability, ServiceUnavailable
 from mcp_celery_tasks.lifecycle import INPUT_REQUIRED, WORKING
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import (
@@ -49,6 +51,10 @@ __all__ = [
 ]
 
 UNKNOWN_TASK = "Failed to retrieve task: Task not found"
+ORPHAN_CANCEL_S = 300.0
+"""How long the API keeps trying to cancel a task a failed synchronous call may have created."""
+
+logger = logging.getLogger("mcp_celery_tasks.api")
 """The one answer for unknown and foreign tasks alike, so a task's existence never leaks."""
 
 
@@ -133,6 +139,7 @@ class TaskService:
         self._events = events
         self._publisher = publisher
         self._default_queue = default_queue
+        self._background: set[asyncio.Task[None]] = set()
         self.quotas = quotas if quotas is not None else Quotas(settings, store)
 
     # ---- create and read -------------------------------------------------------------------
@@ -157,28 +164,16 @@ class TaskService:
             retention_ms = (
                 int(spec.retention_seconds * 1000) if spec.retention_seconds else settings.retention_ms
             )
-        assert ctx.meta is not None
-        record = await self._store.create_task(
-            NewTask(
-                task_id=new_task_id(),
-                job_id=str(uuid.uuid4()),
-                owner=ctx.principal,
-                tool_name=spec.name,
-                arguments=arguments,
-                queue=spec.queue or self._default_queue,
-                ttl_ms=retention_ms,
-                retention_ms=min(retention_ms, settings.max_retention_ms),
-                poll_interval_ms=spec.poll_interval_ms or settings.poll_interval_ms,
-                max_attempts=spec.max_attempts or settings.max_attempts,
-                protocol_version=ctx.meta.protocol_version,
-                client_capabilities=ctx.meta.client_capabilities,
-                client_info=ctx.meta.client_info,
-                preflight=preflight,
-                session_id=ctx.session_id,
-                log_level=None if as_task else log_level,  # never logs on a task (S-53)
-            ),
-            max_active=limits.max_active_tasks or None,
-        )
+        task_id = new_task_id()
+        try:
+            record = await self._store.create_task(
+                self._new_task(ctx, spec, arguments, task_id, retention_ms, as_task, preflight, log_level),
+                max_active=limits.max_active_tasks or None,
+            )
+        except InfrastructureError as exc:
+            if not exc.maybe_applied:
+                raise
+            raise self._maybe_created(task_id, ctx.principal, as_task) from exc
         if record is None:
             raise self.quotas.active_exceeded(limits)
         # The row is committed (autocommit): a tasks/get for this id resolves from here on
@@ -186,6 +181,69 @@ class TaskService:
         self._publisher.publish_job(record.job_id, record.queue, tracing.inject())
         metrics.tasks_created.labels(spec.name, "task" if as_task else "sync").inc()
         return record
+
+    def _maybe_created(self, task_id: str, principal: str, as_task: bool) -> ServiceUnavailable:
+        """The row may have been written before the connection broke. A task's client is told
+        its id, so it can look before it calls again (no task lost, none run twice). A
+        synchronous caller cannot look (and would never get the result): the task, if it exists,
+        is cancelled once the database answers again, and the caller simply calls again."""
+        if as_task:
+            return ServiceUnavailable(
+                "Temporarily unavailable: the task database went away while the task was being "
+                "created, so it may exist: once the service answers again, tasks/get "
+                "error.data.taskId, and call again only if that task is unknown",
+                task_id=task_id,
+            )
+        cancelling = asyncio.create_task(self._cancel_when_reachable(task_id, principal))
+        self._background.add(cancelling)
+        cancelling.add_done_callback(self._background.discard)
+        return ServiceUnavailable(
+            "Temporarily unavailable: the task database went away during the call (a task it "
+            "may have started is cancelled once the database is back); call again"
+        )
+
+    async def _cancel_when_reachable(self, task_id: str, principal: str) -> None:
+        deadline = time.monotonic() + ORPHAN_CANCEL_S
+        while time.monotonic() < deadline:
+            try:
+                await self.cancel(task_id, principal, "the synchronous call failed while it was created")
+            except InfrastructureError:
+                await asyncio.sleep(1.0)
+            else:
+                return
+        logger.warning("task %s may run for a synchronous call that failed (database unreachable)", task_id)
+
+    def _new_task(
+        self,
+        ctx: RequestContext,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        task_id: str,
+        retention_ms: int,
+        as_task: bool,
+        preflight: dict[str, Any] | None,
+        log_level: str | None,
+    ) -> NewTask:
+        settings = self._settings
+        assert ctx.meta is not None
+        return NewTask(
+            task_id=task_id,
+            job_id=str(uuid.uuid4()),
+            owner=ctx.principal,
+            tool_name=spec.name,
+            arguments=arguments,
+            queue=spec.queue or self._default_queue,
+            ttl_ms=retention_ms,
+            retention_ms=min(retention_ms, settings.max_retention_ms),
+            poll_interval_ms=spec.poll_interval_ms or settings.poll_interval_ms,
+            max_attempts=spec.max_attempts or settings.max_attempts,
+            protocol_version=ctx.meta.protocol_version,
+            client_capabilities=ctx.meta.client_capabilities,
+            client_info=ctx.meta.client_info,
+            preflight=preflight,
+            session_id=ctx.session_id,
+            log_level=None if as_task else log_level,  # never logs on a task (S-53)
+        )
 
     async def get(self, task_id: str, principal: str) -> TaskRecord:
         """The principal's task; -32602 for unknown and foreign tasks alike."""

@@ -31,12 +31,13 @@ from mcp_celery_tasks.broker.celery_app import (
     load_installed_tools,
 )
 from mcp_celery_tasks.broker.channel import Inbox
-from mcp_celery_tasks.broker.profiles import profile_for
+from mcp_celery_tasks.broker.profiles import keep_emergency_dumps_out, profile_for
 from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import WorkerStore
 from mcp_celery_tasks.telemetry import metrics, tracing
 from mcp_celery_tasks.tools.registry import all_tools
+from mcp_celery_tasks.worker import claims
 from mcp_celery_tasks.worker.child import (
     after_fork,
     catch_stop_signal,
@@ -79,9 +80,12 @@ def _after_fork(**_: Any) -> None:
     for store in _stores:
         store.forget_after_fork()
     after_fork()
+    claims.after_fork()
 
 
-def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: str) -> threading.Thread:
+def start_watchdog(
+    app: Celery, store: WorkerStore, settings: Settings, node: str, consumer: Any = None
+) -> threading.Thread:
     """The watchdog thread of a prefork worker's main process (see ``watchdog``).
 
     A forced stop goes through Celery's own remote control (revoke with terminate, to this node
@@ -92,13 +96,20 @@ def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: st
     def terminate(job_id: str) -> None:
         app.control.revoke(job_id, terminate=True, signal="SIGKILL", destination=[node])
 
+    if consumer is not None:
+        _replace_killed_children_soon(consumer)
+
     dog = Watchdog(store, settings, terminate=terminate, signal_soft_limit=signal_soft_limit)
+    board = claims.open_board()  # opened before the fork (worker_init); the children write to it
+    board.start_reader()
 
     def loop() -> None:
         while True:
-            time.sleep(settings.watchdog_interval_seconds)
+            _until_next_tick(dog, settings.watchdog_interval_seconds)
             try:
-                dog.tick(_running_jobs())
+                board.drain()  # every claim said so far, also those of a worker that just woke
+                board.forget_the_dead()
+                dog.tick(_running_jobs(board))
             except Exception:
                 logger.exception("watchdog tick failed")  # the next tick tries again
 
@@ -107,15 +118,52 @@ def start_watchdog(app: Celery, store: WorkerStore, settings: Settings, node: st
     return thread
 
 
-def _running_jobs() -> list[RunningJob]:
-    """The ``run_tool`` jobs this worker's pool children are running now."""
+REPLACE_AFTER_S = (0.05, 0.2, 0.5, 1.0)
+"""When the pool looks again for a child it just killed, to start its replacement."""
+
+
+def _replace_killed_children_soon(consumer: Any) -> None:
+    """The pool replaces a child killed by a revoke (a forced stop) within a second, not up to
+    its 5 s maintenance timer later: the prefork pool reaps an exited child when its sentinel
+    pipe closes, which can happen just before the kernel lets it be reaped, and then only the
+    timer finds it (measured: 0.2 s or 4.7 s from the kill to the next job). The revoke runs in
+    the consumer's event loop, and so does this handler and the calls it schedules."""
+    hub, pool = getattr(consumer, "hub", None), getattr(consumer, "pool", None)
+    maintain = getattr(pool, "maintain_pool", None)
+    if hub is None or maintain is None:
+        return
+
+    @signals.task_revoked.connect(weak=False)
+    def _revoked(terminated: bool = False, **_: Any) -> None:
+        if terminated:
+            for delay in REPLACE_AFTER_S:
+                hub.call_later(delay, maintain)
+
+
+def _until_next_tick(dog: Watchdog, interval_s: float) -> None:
+    """Sleep one interval, or less: until a cancelled job's grace ends, or a stopped child wakes."""
+    due = dog.next_due_s
+    deadline = time.monotonic() + (interval_s if due is None else min(interval_s, due + 0.02))
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, WAKE_POLL_S) if dog.has_frozen else left)
+        if dog.woke():
+            return
+
+
+WAKE_POLL_S = 0.05
+"""How often the watchdog looks whether a stopped child woke up (one /proc read per such child)."""
+
+
+def _running_jobs(board: claims.ClaimBoard) -> list[RunningJob]:
+    """The ``run_tool`` jobs this worker's pool children are running now, each with the identity
+    its child said it claimed the job as."""
     for _ in range(5):
         try:
             requests = list(worker_state.active_requests)
         except RuntimeError:  # the consumer thread changed the set meanwhile
             continue
         return [
-            RunningJob(str(req.id), int(req.worker_pid))
+            RunningJob(str(req.id), int(req.worker_pid), board.identity(int(req.worker_pid), str(req.id)))
             for req in requests
             if req.name == RUN_TOOL and req.worker_pid
         ]
@@ -140,6 +188,7 @@ def install(
     if installed is not None:
         return installed
     settings = settings or get_settings()
+    keep_emergency_dumps_out()
     store = WorkerStore(settings)
     app._mcp_store = store  # type: ignore[attr-defined]
     _stores.append(store)
@@ -218,13 +267,14 @@ def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> Non
         if getattr(sender, "app", None) is app:
             load_installed_tools(app)  # before the pool forks: children inherit them
             check_input_timeouts(app, settings)
+            claims.open_board()  # before the pool forks: children tell the watchdog their claims
 
     @signals.worker_ready.connect(weak=False)
     def _watch(sender: Any = None, **_: Any) -> None:
         # A prefork worker's main process watches its children; a threads pool has no process
         # to stop, and its jobs keep their leases from their own process.
         if getattr(sender, "app", None) is app and isinstance(getattr(sender, "pool", None), PreforkPool):
-            start_watchdog(app, store, settings, sender.hostname)
+            start_watchdog(app, store, settings, sender.hostname, sender)
 
     if settings.worker_metrics_port:
         port = settings.worker_metrics_port

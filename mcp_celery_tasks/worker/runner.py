@@ -45,6 +45,7 @@ from mcp_celery_tasks.tools.context import TaskContext, bind
 from mcp_celery_tasks.tools.registry import ToolSpec, get_tool
 from mcp_celery_tasks.tools.results import error_result, to_call_tool_result
 from mcp_celery_tasks.transient import OUTCOME_WRITE, REQUEUE, Backoff, OutageTooLong, ride_out
+from mcp_celery_tasks.worker import claims
 from mcp_celery_tasks.worker.child import in_job, running_tool, worker_identity
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.limits import JobLimits
@@ -124,7 +125,10 @@ class JobRunner:
         """Claim the job, run its tool under a lease, record the outcome (the lease is kept
         until the outcome is written: a finished result is never left for another run)."""
         with in_job():
-            return self._run_job(job_id, headers)
+            try:
+                return self._run_job(job_id, headers)
+            finally:
+                claims.ended(job_id)
 
     def _run_job(self, job_id: str, headers: Mapping[str, Any] | None) -> JobOutcome:
         with self._observer.job(job_id, headers):
@@ -165,6 +169,7 @@ class JobRunner:
             return JobOutcome("infrastructure", retry_in=2.0)
         if job is None:
             return self._not_claimed(job_id)
+        claims.claimed(job_id, me)  # the main process's watchdog knows the job is ours from now on
         self._observer.on_claimed(job)
         return job
 

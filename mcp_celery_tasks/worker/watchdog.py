@@ -4,12 +4,18 @@ It runs in a prefork worker's main process, outside every job's interpreter, and
 (``watchdog_interval_seconds``) looks at the jobs the pool children run:
 
 - **Leases.** It renews the lease of every job whose child process lives (a child that holds the
-  GIL in a C regex, sleeps in a C call or never touches ``ctx`` keeps its lease), and never the
-  lease of a stopped child (SIGSTOP, a paused VM): that one may be failed over, and when it wakes
-  it finds the row taken and is stopped instead of finishing.
+  GIL in a C regex, sleeps in a C call or never touches ``ctx`` keeps its lease), a cancelled
+  job's too until its process stops, and never the lease of a stopped child (SIGSTOP, a paused
+  VM): that one may be failed over.
+- **Taken over.** A child whose job another worker took over (it was frozen, or cut off from
+  the database past its lease) is killed as soon as a tick sees the row moved on: while it is
+  still stopped, or at the first tick after the whole worker wakes. The watchdog knows which job
+  a child claimed, and as which identity, from the claim itself (``claims``), not from an
+  earlier tick: a child frozen within its job's first tick is recognised too (issue 28).
 - **Hard stop.** A job whose task was cancelled (by its client or an admin) and that has not
-  returned ``cancel_grace_seconds`` later has its process killed; the pool replaces it, the
-  task stays ``cancelled``, and the message is acknowledged.
+  returned ``cancel_grace_seconds`` later has its process killed, whatever the lease settings
+  (its lease is kept meanwhile); the pool replaces it, the task stays ``cancelled``, and the
+  message is acknowledged.
 - **Limits per tool.** Past its hard time limit (time waiting for input not counted) or its
   memory limit (the child's RSS), a job ends ``completed`` with ``isError`` saying which limit,
   and its process is killed. Past its soft time limit the child is signalled once, so the tool
@@ -63,10 +69,12 @@ class WatchStore(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
-    """A ``run_tool`` job a pool child is running, as the main process sees it."""
+    """A ``run_tool`` job a pool child is running, as the main process sees it; ``claimed_as``:
+    the worker identity the child said it claimed the job as (``claims``), None until it has."""
 
     job_id: str
     pid: int
+    claimed_as: str | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -122,6 +130,10 @@ class Watchdog:
         self._signal_soft_limit = signal_soft_limit
         self._hostname = hostname or socket.gethostname()
         self._tracks: dict[RunningJob, _Track] = {}
+        self._frozen: set[int] = set()
+        self.next_due_s: float | None = None
+        """Seconds from the last tick until a cancelled job's grace ends, if one is running: the
+        next tick comes then, not up to an interval later."""
 
     def tick(self, running: Sequence[RunningJob]) -> None:
         now = time.monotonic()
@@ -129,41 +141,69 @@ class Watchdog:
         live = [job for job in running if states[job] is not None and states[job] not in _GONE]
         # One track per (job, child): a duplicate delivery of a running job is another entry.
         self._tracks = {job: self._tracks.get(job) or _Track(job.pid, last_seen=now) for job in live}
+        self._frozen = {job.pid for job in live if states[job] in _STOPPED}
+        self.next_due_s = None
         if not live:
             return
         request = [
-            {"job_id": job.job_id, "holder": holder_of(job.pid, self._hostname),
-             "renew": states[job] not in _STOPPED}
+            {"job_id": job.job_id, "holder": self._holder(job), "renew": states[job] not in _STOPPED}
             for job in live
-        ]  # fmt: skip
+        ]
         try:
             rows = self._store.watch_jobs(request, self._settings.lease_seconds)
         except InfrastructureError:
             logger.warning("watchdog: the database is unreachable; leases renew when it returns")
             return
         for job in live:
-            row = rows.get(f"{job.job_id} {holder_of(job.pid, self._hostname)}")
-            if row is not None and states[job] not in _STOPPED:
-                self._look_at(job, row, self._tracks[job], now)
+            row = rows.get(f"{job.job_id} {self._holder(job)}")
+            if row is not None:
+                self._look_at(job, row, self._tracks[job], now, frozen=states[job] in _STOPPED)
 
-    def _look_at(self, job: RunningJob, row: dict[str, Any], track: _Track, now: float) -> None:
+    @property
+    def has_frozen(self) -> bool:
+        """Whether a child was stopped (SIGSTOP) at the last tick."""
+        return bool(self._frozen)
+
+    def woke(self) -> bool:
+        """Whether a child that was stopped at the last tick runs again (SIGCONT): the caller
+        ticks at once, so a child whose job moved on meanwhile is stopped within a few tens of
+        milliseconds of waking, not a whole interval later. Cheap: it reads only stopped
+        children's state."""
+        return any(process_state(pid) not in _STOPPED for pid in self._frozen)
+
+    def _holder(self, job: RunningJob) -> str:
+        return job.claimed_as or holder_of(job.pid, self._hostname)
+
+    def _look_at(
+        self, job: RunningJob, row: dict[str, Any], track: _Track, now: float, *, frozen: bool
+    ) -> None:
+        """What to do about one job. A stopped (``frozen``) child's clock does not run and its
+        limits wait, but it is killed as any other when its job was cancelled past the grace or
+        taken over: a kill needs no cooperation, and it must not wake to do more work."""
         elapsed, track.last_seen = now - track.last_seen, now
         if track.limits is None:  # resolved once per job and child
             track.limits = JobLimits.for_tool(get_tool(row["tool_name"]), self._settings)
         limits = track.limits
         active = row["status"] in ACTIVE
+        # Whether this child holds (or held) the row: it said so at its claim, or a tick saw it.
+        claimed = track.seen_ours or job.claimed_as is not None
         if row["ours"] and active:
             track.seen_ours = True
+            if frozen:
+                return
             if row["status"] == WORKING:
                 track.run_s += elapsed  # waiting for input does not count against the time limit
             self._check_limits(job, row, track, limits)
         elif row["ours"] and not row["finished"] and row["cancelled_for_s"] is not None:
-            if row["cancelled_for_s"] >= limits.cancel_grace_s and not track.stopping:
+            left = limits.cancel_grace_s - row["cancelled_for_s"]
+            if left > 0:
+                self.next_due_s = min(self.next_due_s or left, left)  # tick when the grace ends
+            elif not track.stopping:
                 grace = limits.cancel_grace_s
                 reason = f"did not stop within {grace:g} s of the cancel; its process was terminated"
                 self._stop(job, row, track, "cancel", reason, write=lambda: self._store.force_stopped(
-                    row["task_id"], holder_of(job.pid, self._hostname), reason))  # fmt: skip
-        elif not row["ours"] and not row.get("released") and track.seen_ours and not track.stopping:
+                    row["task_id"], self._holder(job), reason))  # fmt: skip
+        elif not row["ours"] and not row.get("released") and claimed and not track.stopping:
             # (A released row was given back by the child itself: it is stopping on its own.)
             # The row moved to another worker while this child still runs the job (it was frozen,
             # or cut off from the database past its lease): it must not finish it too.
@@ -191,7 +231,7 @@ class Watchdog:
 
     def _force(self, job: RunningJob, row: dict[str, Any], track: _Track, kind: str, message: str) -> None:
         """End the task with a tool error naming the limit, then stop the process."""
-        holder = holder_of(job.pid, self._hostname)
+        holder = self._holder(job)
 
         def write() -> bool:
             return self._store.force_finish(

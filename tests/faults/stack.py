@@ -67,6 +67,7 @@ class Call:
     body: dict[str, Any] | None = None
     raw: str = ""
     failure: str | None = None  # no HTTP answer (connection refused, reset, timeout)
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -141,6 +142,7 @@ class FaultClient:
             call.failure = f"{type(exc).__name__}: {exc}"
         else:
             call.status = response.status_code
+            call.headers = dict(response.headers)
             call.raw = response.text
             try:
                 call.body = support.parse_body(response)

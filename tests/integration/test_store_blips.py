@@ -186,3 +186,53 @@ async def test_statements_beyond_the_pool_wait_their_turn_and_a_full_pool_answer
         await asyncio.gather(*busy, return_exceptions=True)
     finally:
         await store.close()
+
+
+async def test_the_watchdog_keeps_a_cancelled_jobs_lease_while_its_process_lives(
+    api: ApiStore, worker_store: WorkerStore, db: Db
+) -> None:
+    # issue 28: with the lease short and the cancel grace long, the lease used to lapse after the
+    # cancel and the sweeper ended the job as nobody's while its body still ran.
+    record = await running(api, worker_store)
+    assert worker_store.admin_cancel(record.job_id, "cancelled by an admin").found
+    set_columns(db, record.task_id, "lease_until = now() + interval '1 second'")  # about to lapse
+    jobs = [{"job_id": record.job_id, "holder": ME, "renew": True}]
+    seen = worker_store.watch_jobs(jobs, LEASE_S)[f"{record.job_id} {ME}"]
+    assert (seen["status"], seen["ours"], seen["finished"]) == ("cancelled", True, False)
+    left = db.execute(
+        "SELECT EXTRACT(EPOCH FROM lease_until - now())::float AS s FROM mcp_tasks WHERE task_id = %s",
+        (record.task_id,),
+    ).fetchone()
+    assert left is not None and left["s"] > LEASE_S - 5  # renewed, though the task is cancelled
+    assert worker_store.end_unattended_stops() == 0  # a live lease: the watchdog stops it
+    assert raw_row(db, record.task_id)["finished_at"] is None
+
+
+async def test_a_cancelled_job_the_sweeper_ended_is_still_the_watchdogs_to_stop(
+    api: ApiStore, worker_store: WorkerStore, db: Db
+) -> None:
+    # The lease lapsed all the same (the database was out of reach, or the child was frozen):
+    # the sweeper's "nobody was running it" is not the child saying it stopped.
+    record = await running(api, worker_store)
+    assert worker_store.admin_cancel(record.job_id, "cancelled by an admin").found
+    set_columns(db, record.task_id, "lease_until = now() - interval '1 minute'")
+    assert worker_store.end_unattended_stops() == 1
+    jobs = [{"job_id": record.job_id, "holder": ME, "renew": True}]
+    seen = worker_store.watch_jobs(jobs, LEASE_S)[f"{record.job_id} {ME}"]
+    assert (seen["ours"], seen["finished"]) == (True, False)
+    assert worker_store.force_stopped(record.task_id, ME, "did not stop within 5 s of the cancel")
+    row = raw_row(db, record.task_id)
+    assert row["stop_reason"] == "did not stop within 5 s of the cancel" and row["finished_at"] is not None
+    seen = worker_store.watch_jobs(jobs, LEASE_S)[f"{record.job_id} {ME}"]
+    assert seen["finished"] is True
+
+
+async def test_the_watchdog_recognises_the_exact_identity_a_child_claimed_as(
+    api: ApiStore, worker_store: WorkerStore
+) -> None:
+    record = await running(api, worker_store)
+    other_process = "host-a:101:cccc3333"  # the same pid, another process (another nonce)
+    jobs = [{"job_id": record.job_id, "holder": h, "renew": False} for h in (ME, other_process)]
+    seen = worker_store.watch_jobs(jobs, LEASE_S)
+    assert seen[f"{record.job_id} {ME}"]["ours"] is True
+    assert seen[f"{record.job_id} {other_process}"]["ours"] is False

@@ -209,3 +209,97 @@ def test_a_child_that_gave_its_job_back_is_not_stopped(clock: list[float], procs
     rows.rows["j"]["released"] = True  # the child gave the job back (it is stopping by itself)
     made.tick([RunningJob("j", 1)])
     assert terminated == []
+
+
+def test_a_child_frozen_before_any_tick_is_stopped_once_its_job_moved_on(
+    clock: list[float], procs: dict[int, Any]
+) -> None:
+    # Frozen within its job's first tick (issue 28): no tick ever saw the row as the child's,
+    # but the child said at its claim which identity it claimed the job as.
+    rows = Rows()
+    procs[1] = ("T", 0)
+    made, terminated, _ = dog(rows)
+    claimed = RunningJob("j", 1, claimed_as=f"{HOST}:1:abcd1234")
+    rows.row("j", ours=True)
+    made.tick([claimed])
+    assert terminated == [] and rows.renewed == []  # stopped: its lease is not renewed
+    rows.row("j", ours=False)  # the sweeper gave the job to another worker meanwhile
+    made.tick([claimed])
+    assert terminated == ["j"]  # killed while still stopped: it never wakes to do more work
+
+
+def test_a_woken_child_whose_job_moved_on_is_stopped_at_the_first_tick(
+    clock: list[float], procs: dict[int, Any]
+) -> None:
+    rows = Rows()
+    procs[1] = ("R", 0)
+    rows.row("j", ours=False)  # the whole worker was frozen: this is the first tick since the claim
+    made, terminated, _ = dog(rows)
+    made.tick([RunningJob("j", 1, claimed_as=f"{HOST}:1:abcd1234")])
+    assert terminated == ["j"]
+
+
+def test_the_watchdog_asks_for_the_exact_identity_the_child_claimed_as(
+    clock: list[float], procs: dict[int, Any]
+) -> None:
+    asked: list[str] = []
+    rows = Rows()
+    rows.row("j")
+    procs[1], procs[2] = ("R", 0), ("R", 0)
+    original = rows.watch_jobs
+
+    def watch_jobs(jobs: Sequence[dict[str, Any]], lease_s: float) -> dict[str, dict[str, Any]]:
+        asked.extend(j["holder"] for j in jobs)
+        return original(jobs, lease_s)
+
+    rows.watch_jobs = watch_jobs  # type: ignore[method-assign]
+    made, _, _ = dog(rows)
+    made.tick([RunningJob("j", 1, claimed_as=f"{HOST}:1:abcd1234"), RunningJob("k", 2)])
+    assert asked == [f"{HOST}:1:abcd1234", holder_of(2, HOST)]
+
+
+def test_a_frozen_cancelled_job_is_stopped_after_its_grace(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    procs[1] = ("T", 0)
+    made, terminated, _ = dog(rows)
+    rows.row("j", status="cancelled", cancelled_for_s=6.0)
+    made.tick([RunningJob("j", 1)])
+    assert terminated == ["j"]
+
+
+def test_a_child_that_announced_nothing_and_was_never_seen_is_left_alone(
+    clock: list[float], procs: dict[int, Any]
+) -> None:
+    rows = Rows()
+    procs[1] = ("T", 0)
+    rows.row("j", ours=False)  # a duplicate delivery that has not claimed: it will defer
+    made, terminated, _ = dog(rows)
+    made.tick([RunningJob("j", 1)])
+    assert terminated == []
+
+
+def test_a_stopped_child_that_wakes_up_is_noticed_between_ticks(
+    clock: list[float], procs: dict[int, Any]
+) -> None:
+    rows = Rows()
+    rows.row("j")
+    procs[1] = ("T", 0)
+    made, _, _ = dog(rows)
+    assert not made.has_frozen
+    made.tick([RunningJob("j", 1)])
+    assert made.has_frozen and not made.woke()
+    procs[1] = ("R", 0)  # SIGCONT: the caller ticks at once instead of sleeping the interval out
+    assert made.woke()
+
+
+def test_the_next_tick_comes_when_a_cancel_grace_ends(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    procs[1], procs[2] = ("R", 0), ("R", 0)
+    made, terminated, _ = dog(rows)
+    rows.row("j", status="cancelled", cancelled_for_s=4.7)
+    rows.row("k", status="cancelled", cancelled_for_s=1.0)
+    made.tick([RunningJob("j", 1), RunningJob("k", 2)])
+    assert terminated == [] and made.next_due_s == pytest.approx(0.3)
+    rows.rows.clear()
+    made.tick([RunningJob("j", 1), RunningJob("k", 2)])
+    assert made.next_due_s is None
