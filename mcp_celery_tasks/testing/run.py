@@ -9,7 +9,7 @@ client's part (answering input requests, cancelling) is played from the call's a
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -29,6 +29,7 @@ from mcp_celery_tasks.testing.memory import MemoryInbox, MemoryStore, Row
 from mcp_celery_tasks.tools.inputs import CAPABILITY_FOR, validate_response
 from mcp_celery_tasks.tools.registry import InvalidArguments, ToolSpec, all_tools, get_tool
 from mcp_celery_tasks.tools.results import error_result
+from mcp_celery_tasks.wire import declares_tasks
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.runner import JobRunner
 from mcp_celery_tasks.worker.runtime import Runtime
@@ -170,9 +171,7 @@ def run_tool(
     asked_first: list[InputRequest] = []
     try:
         checked = _check_arguments(spec, dict(arguments or {}), settings)
-        extensions = declared.get("extensions") or {}
-        tasks = isinstance(extensions, Container) and TASKS_EXTENSION in extensions
-        if spec.mode == "required" and not tasks:
+        if spec.mode == "required" and not declares_tasks(declared):
             raise MissingCapability()  # SEP-2663: a task-only tool refuses a non-task call
         if preflight is None:
             preflight = _ask_first(spec, checked, answers, declared, asked_first)

@@ -30,7 +30,6 @@ from typing import Any, Protocol
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.errors import (
-    TASKS_EXTENSION,
     InfrastructureError,
     JobSuspended,
     McpError,
@@ -39,7 +38,7 @@ from mcp_celery_tasks.errors import (
     ToolError,
     WorkerStopping,
 )
-from mcp_celery_tasks.json_types import JSONObject, as_object
+from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.lifecycle import ACTIVE, COMPLETED, FAILED
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
@@ -48,6 +47,7 @@ from mcp_celery_tasks.tools.context import TaskContext, bind
 from mcp_celery_tasks.tools.registry import ToolSpec, get_tool
 from mcp_celery_tasks.tools.results import error_result, to_call_tool_result
 from mcp_celery_tasks.transient import OUTCOME_WRITE, REQUEUE, Backoff, OutageTooLong, ride_out
+from mcp_celery_tasks.wire import declares_tasks
 from mcp_celery_tasks.worker.child import in_job, running_tool, worker_identity
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.limits import JobLimits
@@ -308,8 +308,7 @@ class JobRunner:
             )
 
     def _context(self, job: ClaimedTask, runtime: Runtime, limits: JobLimits) -> TaskContext:
-        extensions = as_object(job.client_capabilities.get("extensions"))
-        waits = limits.input_wait_s(task_augmented=TASKS_EXTENSION in extensions)
+        waits = limits.input_wait_s(task_augmented=declares_tasks(job.client_capabilities))
         return TaskContext(
             task_id=job.task_id,
             job_id=job.job_id,
