@@ -40,6 +40,7 @@ knows its JSON-RPC code.
 from __future__ import annotations
 
 import math
+from typing import NotRequired, TypedDict
 
 from mcp_types import jsonrpc as codes
 
@@ -68,6 +69,7 @@ __all__ = [
     "StepOrderError",
     "StepResultError",
     "TaskCancelled",
+    "TaskError",
     "TooManyWaiting",
     "ToolError",
     "UnsupportedVersion",
@@ -75,6 +77,15 @@ __all__ = [
 ]
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+
+
+class TaskError(TypedDict):
+    """A JSON-RPC error object as ``to_error`` builds it: a failed task's stored ``error``
+    (SEP-2663: code, message, data?), a response's ``error``."""
+
+    code: int
+    message: str
+    data: NotRequired[JSONValue]
 
 
 class McpTasksError(Exception):
@@ -97,9 +108,9 @@ class ProtocolError(McpTasksError):
         """HTTP headers that go with the error (``Retry-After``, when waiting helps)."""
         return {}
 
-    def to_error(self) -> JSONObject:
+    def to_error(self) -> TaskError:
         """The JSON-RPC error object: ``code``, ``message`` and, when there is any, ``data``."""
-        error: JSONObject = {"code": self.code, "message": self.message}
+        error: TaskError = {"code": self.code, "message": self.message}
         if self.data is not None:
             error["data"] = self.data
         return error
@@ -299,9 +310,9 @@ class McpError(McpTasksError):
         self.message = message
         self.data = data
 
-    def to_error(self) -> JSONObject:
+    def to_error(self) -> TaskError:
         """The JSON-RPC error object the failed task records: ``code``, ``message``, ``data``?"""
-        error: JSONObject = {"code": self.code, "message": self.message}
+        error: TaskError = {"code": self.code, "message": self.message}
         if self.data is not None:
             error["data"] = self.data
         return error

@@ -26,7 +26,7 @@ from mcp_celery_tasks.errors import (
     MethodNotFound,
     UnsupportedVersion,
 )
-from mcp_celery_tasks.json_types import JSONObject, JSONValue
+from mcp_celery_tasks.json_types import JSONObject, JSONValue, as_object
 from mcp_celery_tasks.protocol import methods
 from mcp_celery_tasks.protocol import v2025_11_25 as legacy
 from mcp_celery_tasks.protocol.rpc import (
@@ -232,7 +232,7 @@ def _check_param_headers(params: JSONObject, headers: Headers) -> None:
     arguments = params.get("arguments")
     if spec is None or not isinstance(arguments, dict):
         return
-    for argument, schema in spec.input_schema.get("properties", {}).items():
+    for argument, schema in as_object(spec.input_schema.get("properties")).items():
         header = schema.get("x-mcp-header") if isinstance(schema, dict) else None
         if not isinstance(header, str) or argument not in arguments:
             continue

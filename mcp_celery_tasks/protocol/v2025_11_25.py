@@ -23,7 +23,7 @@ from typing import Final
 import pydantic_core
 
 from mcp_celery_tasks.errors import InvalidParams, MethodNotFound, ProtocolError, QuotaExceeded
-from mcp_celery_tasks.json_types import JSONObject
+from mcp_celery_tasks.json_types import JSONObject, as_array, as_object
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED
 from mcp_celery_tasks.protocol import v2026_07_28 as modern
 from mcp_celery_tasks.protocol.relay import Relay
@@ -101,8 +101,9 @@ def _failure_message(record: TaskRecord) -> str | None:
     """What went wrong, for a failed SEP-1686 task (its statusMessage SHOULD say so)."""
     if record.error:
         return str(record.error.get("message") or "") or None
-    texts = [b.get("text") for b in (record.result or {}).get("content", []) if b.get("type") == "text"]
-    return " ".join(t for t in texts if t) or None
+    blocks = [as_object(block) for block in as_array((record.result or {}).get("content", []))]
+    texts = [block.get("text") for block in blocks if block.get("type") == "text"]
+    return " ".join(t for t in texts if isinstance(t, str) and t) or None
 
 
 # ---- initialize, ping, tools/list ------------------------------------------------------------

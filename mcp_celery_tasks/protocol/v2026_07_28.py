@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import TypedDict
+from typing import TypedDict, cast
 
 import pydantic_core
 from mcp_types import CallToolResult, DiscoverResult, ListToolsResult, Tool
@@ -102,7 +102,8 @@ def detailed(view: TaskView) -> DetailedTaskResult:
     record = view.record
     task = DetailedTaskResult(**_task_fields(record))
     if record.status == COMPLETED:
-        task.result = record.result or {"content": [], "isError": False}
+        # JSON as stored, passed on (the model holds any JSON object: ``dict[str, object]``).
+        task.result = cast("dict[str, object]", record.result or {"content": [], "isError": False})
     elif record.status == FAILED:
         task.error = dict(record.error or {"code": codes.INTERNAL_ERROR, "message": "The task failed"})
     elif record.status == INPUT_REQUIRED:

@@ -9,20 +9,30 @@ None) and the statement timeout is left to the role or the pooler.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from mcp_celery_tasks.settings import Settings
 
-__all__ = ["connect_kwargs"]
+__all__ = ["ConnectKwargs", "connect_kwargs"]
 
 
-def connect_kwargs(settings: Settings, application_name: str, *, pooled: bool = True) -> dict[str, Any]:
+class ConnectKwargs(TypedDict, total=False):
+    """``psycopg.connect``'s keyword arguments that we set."""
+
+    autocommit: bool
+    connect_timeout: int
+    application_name: str
+    prepare_threshold: None
+    options: str
+
+
+def connect_kwargs(settings: Settings, application_name: str, *, pooled: bool = True) -> ConnectKwargs:
     """Arguments for ``psycopg.connect`` (and the pool's ``kwargs``) besides the DSN.
 
     ``pooled`` is False for a connection that goes to ``settings.session_database_url`` (it
     bypasses the pooler, so it may prepare and send options).
     """
-    kwargs: dict[str, Any] = {
+    kwargs: ConnectKwargs = {
         "autocommit": True,
         "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
         "application_name": application_name,

@@ -4,20 +4,19 @@ order)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from psycopg.types.json import Jsonb
 
 from mcp_celery_tasks.store.records import CancelOutcome, NewTask
+from mcp_celery_tasks.store.row_types import CancelRow
 
 __all__ = ["cancel_outcome", "jsonb", "new_task_params"]
 
 
-def jsonb(value: Any) -> Jsonb | None:
+def jsonb(value: object) -> Jsonb | None:
     return None if value is None else Jsonb(value)
 
 
-def new_task_params(task: NewTask) -> dict[str, Any]:
+def new_task_params(task: NewTask) -> dict[str, object]:
     return {
         "task_id": task.task_id,
         "job_id": task.job_id,
@@ -39,7 +38,7 @@ def new_task_params(task: NewTask) -> dict[str, Any]:
     }
 
 
-def cancel_outcome(row: dict[str, Any]) -> CancelOutcome:
+def cancel_outcome(row: CancelRow) -> CancelOutcome:
     """A row of ``queries.CANCEL`` (one task cancelled just now)."""
     return CancelOutcome(
         found=True,

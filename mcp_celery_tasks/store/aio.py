@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, LiteralString, TypeVar, cast
+from typing import Any, LiteralString, TypeVar
 
 import psycopg
 from psycopg.rows import AsyncRowFactory, args_row, class_row, dict_row, tuple_row
@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, admin_queries, backlog, queries, session_queries
 from mcp_celery_tasks.store._conninfo import connect_kwargs
@@ -26,6 +27,15 @@ from mcp_celery_tasks.store.records import (
     NewTask,
     SessionRecord,
     TaskRecord,
+)
+from mcp_celery_tasks.store.row_types import (
+    OPEN_ROWS,
+    AnswerRow,
+    CancelRow,
+    Headroom,
+    PrincipalLimits,
+    QueuePosition,
+    typed_rows,
 )
 
 __all__ = ["ApiStore"]
@@ -53,7 +63,7 @@ class ApiStore:
     async def open(self) -> None:
         await self._pool.open(wait=False)
 
-    def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[dict[str, Any]]]:
+    def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Mapping[str, object]]]:
         settings = self._settings
         return AsyncConnectionPool(
             settings.database_url,
@@ -63,7 +73,7 @@ class ApiStore:
             timeout=settings.db_connect_timeout_seconds,
             open=False,
             name="mcp-tasks-api",
-            connection_class=psycopg.AsyncConnection[dict[str, Any]],
+            connection_class=psycopg.AsyncConnection[Mapping[str, object]],
         )
 
     async def _recover(self) -> None:
@@ -93,7 +103,7 @@ class ApiStore:
     @asynccontextmanager
     async def _conn(
         self, wait_s: float | None = None
-    ) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
+    ) -> AsyncIterator[psycopg.AsyncConnection[Mapping[str, object]]]:
         """A pooled connection, waited for at most ``wait_s`` (default: the connect bound)."""
         try:
             async with self._pool.connection(wait_s) as conn:
@@ -103,10 +113,12 @@ class ApiStore:
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
             raise InfrastructureError("the task database is unavailable") from exc
 
-    async def _fetch(self, sql: LiteralString, params: dict[str, Any]) -> list[dict[str, Any]]:
-        return await self._rows(sql, params, dict_row)
+    async def _fetch(self, sql: LiteralString, params: Mapping[str, object]) -> list[Mapping[str, object]]:
+        return await self._rows(sql, params, OPEN_ROWS)
 
-    async def _rows(self, sql: LiteralString, params: dict[str, Any], rows: AsyncRowFactory[R]) -> list[R]:
+    async def _rows(
+        self, sql: LiteralString, params: Mapping[str, object], rows: AsyncRowFactory[R]
+    ) -> list[R]:
         """Run one statement, its rows made by ``rows``. A connection that broke under us
         (Postgres restarted since the pool opened it) is replaced and the statement tried once
         more: every statement here is guarded, so running it twice changes nothing the first
@@ -138,7 +150,7 @@ class ApiStore:
         raise AssertionError("unreachable")
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Mapping[str, object]]]:
         """A pooled connection for one statement: first a turn at the pool (waited for up to the
         connect bound while every connection is busy), then a connection, waited for only
         ``db_unavailable_after_seconds``: with a turn, a connection that does not come at once
@@ -181,9 +193,9 @@ class ApiStore:
             return existing
         return rows[0] if rows else None
 
-    async def principal_limits(self) -> list[dict[str, Any]]:
+    async def principal_limits(self) -> list[PrincipalLimits]:
         """Every per-principal quota override (admins set few)."""
-        return await self._fetch(admin_queries.PRINCIPAL_LIMITS, {})
+        return await self._rows(admin_queries.PRINCIPAL_LIMITS, {}, typed_rows(PrincipalLimits))
 
     async def get_task(self, task_id: str, owner: str) -> TaskRecord | None:
         rows = await self._rows(queries.GET_TASK, {"task_id": task_id, "owner": owner}, _TASK)
@@ -192,7 +204,8 @@ class ApiStore:
     async def queue_position(self, task_id: str, cap: int = 500) -> tuple[int, bool] | None:
         """(jobs ahead, whether the count was capped) of a task still in the fair backlog; None
         once its job is published. An estimate (``store.backlog.QUEUE_POSITION``)."""
-        rows = await self._fetch(backlog.QUEUE_POSITION, {"task_id": task_id, "cap": cap})
+        params = {"task_id": task_id, "cap": cap}
+        rows = await self._rows(backlog.QUEUE_POSITION, params, typed_rows(QueuePosition))
         return (int(rows[0]["ahead"]), bool(rows[0]["capped"])) if rows else None
 
     async def get_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:
@@ -207,7 +220,7 @@ class ApiStore:
     async def outstanding_inputs(self, task_id: str) -> list[InputRecord]:
         return await self._rows(queries.OUTSTANDING_INPUTS, {"task_id": task_id}, _INPUT)
 
-    async def record_answers(self, task_id: str, answers: dict[str, Any]) -> AnswerOutcome:
+    async def record_answers(self, task_id: str, answers: Mapping[str, JSONObject]) -> AnswerOutcome:
         """Record answers to outstanding keys (others are ignored) in one statement."""
         items = [{"key": key, "response": response} for key, response in answers.items()]
         params = {"task_id": task_id, "answers": Jsonb(items)}
@@ -218,7 +231,8 @@ class ApiStore:
             # the other's answers when they count what remains (READ COMMITTED takes a new
             # snapshot per statement), or neither would return the task to working.
             await conn.execute(queries.LOCK_TASK, params)
-            cursor = await conn.execute(queries.RECORD_ANSWERS, params)
+            cursor = conn.cursor(row_factory=typed_rows(AnswerRow))
+            await cursor.execute(queries.RECORD_ANSWERS, params)
             row = await cursor.fetchone()
         assert row is not None
         return AnswerOutcome(
@@ -239,8 +253,8 @@ class ApiStore:
         session_id: str,
         owner: str,
         protocol_version: str,
-        capabilities: dict[str, Any],
-        client_info: dict[str, Any] | None,
+        capabilities: JSONObject,
+        client_info: JSONObject | None,
     ) -> bool:
         """Open a 2025-11-25 session; False when its owner already has the most live ones."""
         params = {
@@ -257,8 +271,8 @@ class ApiStore:
     async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:
         """The owner's live session (an expired or foreign one reads as unknown)."""
         params = {"session_id": session_id, "owner": owner, **self._session_window()}
-        rows = await self._fetch(session_queries.GET_SESSION, params)
-        return cast(SessionRecord, rows[0]) if rows else None
+        rows = await self._rows(session_queries.GET_SESSION, params, typed_rows(SessionRecord))
+        return rows[0] if rows else None
 
     async def set_session_log_level(self, session_id: str, owner: str, level: str) -> bool:
         """``logging/setLevel`` of a 2025-11-25 session (its later synchronous calls get logs)."""
@@ -289,10 +303,11 @@ class ApiStore:
 
     async def connection_headroom(self) -> tuple[int, int]:
         """(connections in use, max_connections) of the server, for the start-up budget check."""
-        rows = await self._fetch(
+        rows = await self._rows(
             "SELECT (SELECT count(*) FROM pg_stat_activity)::int AS used, "
             "current_setting('max_connections')::int AS max",
             {},
+            typed_rows(Headroom),
         )
         return int(rows[0]["used"]), int(rows[0]["max"])
 
@@ -304,7 +319,7 @@ class ApiStore:
     async def request_cancel(self, task_id: str, owner: str, message: str | None = None) -> CancelOutcome:
         """Cancel an owner's active task at once (the one cancel statement, ``queries.CANCEL``)."""
         params = {"ref": task_id, "by_job": False, "owner": owner, "message": message}
-        rows = await self._fetch(queries.CANCEL, params)
+        rows = await self._rows(queries.CANCEL, params, typed_rows(CancelRow))
         if rows:
             return _rows.cancel_outcome(rows[0])
         return CancelOutcome(found=await self.task_exists(task_id, owner))

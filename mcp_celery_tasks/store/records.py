@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NotRequired, TypedDict
+from typing import TypedDict
 
+from mcp_celery_tasks.errors import TaskError
+from mcp_celery_tasks.json_types import JSONObject, JSONValue
 from mcp_celery_tasks.lifecycle import ACTIVE, INPUT_REQUIRED, Status
 
 __all__ = [
     "AnswerOutcome",
     "CancelOutcome",
     "ClaimedTask",
+    "InputItem",
     "InputRecord",
     "LogRecord",
     "NewTask",
@@ -21,22 +25,14 @@ __all__ = [
 ]
 
 
-class TaskError(TypedDict):
-    """A failed task's stored JSON-RPC error object (SEP-2663 ``error``: code, message, data?)."""
-
-    code: int
-    message: str
-    data: NotRequired[Any]
-
-
 class SessionRecord(TypedDict):
     """A live 2025-11-25 session, as ``get_session`` reads it."""
 
     session_id: str
     owner: str
     protocol_version: str
-    client_capabilities: dict[str, Any]
-    client_info: dict[str, Any] | None
+    client_capabilities: JSONObject
+    client_info: JSONObject | None
     log_level: str | None
 
 
@@ -48,16 +44,16 @@ class NewTask:
     job_id: str
     owner: str
     tool_name: str
-    arguments: dict[str, Any]
+    arguments: Mapping[str, object]
     queue: str
     ttl_ms: int | None
     retention_ms: int
     poll_interval_ms: int
     max_attempts: int
     protocol_version: str
-    client_capabilities: dict[str, Any]
-    client_info: dict[str, Any] | None
-    preflight: dict[str, Any] | None = None
+    client_capabilities: Mapping[str, object]
+    client_info: Mapping[str, object] | None
+    preflight: Mapping[str, object] | None = None
     status_message: str | None = None
     session_id: str | None = None
     """The 2025-11-25 session that created the task (SEP-1686 tasks/list lists per session)."""
@@ -79,7 +75,8 @@ class TaskRecord:
     tool_name: str
     status: Status
     status_message: str | None
-    result: dict[str, Any] | None
+    result: JSONObject | None
+    """The ``CallToolResult`` the job stored (``tools.results``), sent as it is."""
     error: TaskError | None
     created_at: datetime
     last_updated_at: datetime
@@ -122,9 +119,9 @@ class ClaimedTask:
     task_id: str
     job_id: str
     tool_name: str
-    arguments: dict[str, Any]
-    preflight: dict[str, Any] | None
-    client_capabilities: dict[str, Any]
+    arguments: JSONObject
+    preflight: JSONObject | None
+    client_capabilities: JSONObject
     attempts: int
     max_attempts: int
     queue: str = ""
@@ -144,10 +141,20 @@ class InputRecord:
 
     key: str
     method: str
-    params: dict[str, Any] | None
+    params: JSONObject | None
     params_hash: str
-    response: dict[str, Any] | None
+    response: JSONObject | None
     superseded: bool
+
+
+class InputItem(TypedDict):
+    """One input request a job opens (``WorkerStore.open_inputs``): a row of ``mcp_task_inputs``."""
+
+    key: str
+    method: str
+    params: Mapping[str, object] | None
+    """JSON (a tool's request params)."""
+    params_hash: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +164,7 @@ class LogRecord:
     seq: int
     level: str
     logger: str | None
-    data: Any
+    data: JSONValue
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,21 +9,45 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import replace
-from typing import Any, LiteralString, TypeVar
+from typing import LiteralString, TypeVar
 
 import psycopg
 from psycopg.rows import RowFactory, class_row, dict_row
 from psycopg.types.json import Jsonb
 
-from mcp_celery_tasks.errors import InfrastructureError, TooManyWaiting
+from mcp_celery_tasks.errors import InfrastructureError, TaskError, TooManyWaiting
+from mcp_celery_tasks.json_types import JSONObject, JSONValue
 from mcp_celery_tasks.lifecycle import ACTIVE
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, admin_queries, backlog, queries, session_queries, step_queries
 from mcp_celery_tasks.store._conninfo import connect_kwargs
-from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputRecord
+from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputItem, InputRecord
+from mcp_celery_tasks.store.row_types import (
+    CancelRow,
+    CheckpointFlip,
+    CheckpointGone,
+    ChunkRow,
+    Holder,
+    InputState,
+    JobId,
+    JobQueue,
+    JobState,
+    PrincipalLimits,
+    QueueCount,
+    QueuePosition,
+    QueueRow,
+    ReleaseRow,
+    Seconds,
+    StepEntry,
+    StepResultRow,
+    StepWriteRow,
+    SuspendNow,
+    WaitingQuota,
+    typed_rows,
+)
 from mcp_celery_tasks.store.step_queries import CheckpointRecord, StepWrite
 from mcp_celery_tasks.transient import is_infrastructure
 
@@ -43,7 +67,7 @@ class WorkerStore:
         self._settings = settings
         self._application_name = application_name
         self._grace_s = settings.lease_grace_seconds
-        self._conn: psycopg.Connection[dict[str, Any]] | None = None
+        self._conn: psycopg.Connection[Mapping[str, object]] | None = None
         self._lock = threading.RLock()
 
     def close(self) -> None:
@@ -57,7 +81,7 @@ class WorkerStore:
         self._conn = None
         self._lock = threading.RLock()
 
-    def _connect(self) -> psycopg.Connection[dict[str, Any]]:
+    def _connect(self) -> psycopg.Connection[Mapping[str, object]]:
         if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(
                 self._settings.database_url,
@@ -67,7 +91,7 @@ class WorkerStore:
         return self._conn
 
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
+    def _connection(self) -> Iterator[psycopg.Connection[Mapping[str, object]]]:
         with self._lock:
             try:
                 yield self._connect()
@@ -83,15 +107,15 @@ class WorkerStore:
                     self._conn = None
                 raise InfrastructureError("the task database is unavailable") from exc
 
-    def _fetch(self, sql: LiteralString, params: dict[str, Any]) -> list[dict[str, Any]]:
+    def _fetch(self, sql: LiteralString, params: Mapping[str, object]) -> list[Mapping[str, object]]:
         with self._connection() as conn:
             return conn.execute(sql, params).fetchall()
 
-    def _rows(self, sql: LiteralString, params: dict[str, Any], rows: RowFactory[R]) -> list[R]:
+    def _rows(self, sql: LiteralString, params: Mapping[str, object], rows: RowFactory[R]) -> list[R]:
         with self._connection() as conn, conn.cursor(row_factory=rows) as cursor:
             return cursor.execute(sql, params).fetchall()
 
-    def _execute(self, sql: LiteralString, params: dict[str, Any]) -> int:
+    def _execute(self, sql: LiteralString, params: Mapping[str, object]) -> int:
         with self._connection() as conn:
             return conn.execute(sql, params).rowcount
 
@@ -103,12 +127,13 @@ class WorkerStore:
         rows = self._rows(queries.CLAIM, params, class_row(ClaimedTask))
         return rows[0] if rows else None
 
-    def job_state(self, job_id: str) -> dict[str, Any] | None:
-        rows = self._fetch(queries.JOB_STATE, {"job_id": job_id, "grace_s": self._grace_s})
+    def job_state(self, job_id: str) -> JobState | None:
+        params = {"job_id": job_id, "grace_s": self._grace_s}
+        rows = self._rows(queries.JOB_STATE, params, typed_rows(JobState))
         return rows[0] if rows else None
 
     def fail_exhausted(
-        self, job_id: str, error: dict[str, Any], message: str, kind: str = "attempts_exhausted"
+        self, job_id: str, error: TaskError, message: str, kind: str = "attempts_exhausted"
     ) -> bool:
         """Fail a task whose job used up its attempts or its redeliveries (``kind`` says which)."""
         params = {"job_id": job_id, "error": Jsonb(error), "message": message, "kind": kind,
@@ -127,7 +152,7 @@ class WorkerStore:
 
     def still_mine(self, task_id: str, worker: str) -> bool:
         """Checkpoint: the task is active and this worker still holds it."""
-        rows = self._fetch(queries.CHECKPOINT, {"task_id": task_id})
+        rows = self._rows(queries.CHECKPOINT, {"task_id": task_id}, typed_rows(Holder))
         if not rows:
             return False
         row = rows[0]
@@ -151,7 +176,7 @@ class WorkerStore:
         return bool(self._fetch(queries.REPORT, params))
 
     def log(
-        self, task_id: str, worker: str, level: str, logger: str | None, data: Any, max_logs: int
+        self, task_id: str, worker: str, level: str, logger: str | None, data: JSONValue, max_logs: int
     ) -> bool:
         """Record one log message for the task's synchronous caller; False if not recorded (the
         task is no longer ours, or already has ``max_logs``)."""
@@ -177,7 +202,7 @@ class WorkerStore:
         task_id: str,
         worker: str,
         inbox: str,
-        items: Sequence[dict[str, Any]],
+        items: Sequence[InputItem],
         supersede: Sequence[str] = (),
         may_suspend: bool = False,
     ) -> bool:
@@ -200,7 +225,8 @@ class WorkerStore:
         }
         with self._connection() as conn, conn.transaction():
             conn.execute(backlog.LOCK_WAITING, params)
-            quota = conn.execute(backlog.WAITING_QUOTA, params).fetchall()
+            with conn.cursor(row_factory=typed_rows(WaitingQuota)) as cursor:
+                quota = cursor.execute(backlog.WAITING_QUOTA, params).fetchall()
             room_to_suspend = bool(quota) and (
                 quota[0]["max_suspended"] <= 0 or quota[0]["suspended"] < quota[0]["max_suspended"]
             )
@@ -217,7 +243,7 @@ class WorkerStore:
         """Should a job waiting for input give its slot back at once: other jobs of its queue wait
         for a slot, or its principal already holds its most resident waits in the queue."""
         params = {"task_id": task_id, "max_waiting": self._settings.max_waiting_inputs_per_principal}
-        rows = self._fetch(queries.SUSPEND_NOW, params)
+        rows = self._rows(queries.SUSPEND_NOW, params, typed_rows(SuspendNow))
         return bool(rows and rows[0]["now"])
 
     def suspend(self, task_id: str, worker: str) -> bool:
@@ -231,14 +257,19 @@ class WorkerStore:
         }
         return bool(self._fetch(queries.SUSPEND, params))
 
-    def expire_suspended(self, older_than_s: float, result: dict[str, Any], message: str, limit: int) -> int:
+    def expire_suspended(
+        self, older_than_s: float, result: Mapping[str, object], message: str, limit: int
+    ) -> int:
         """End suspended tasks nobody answered within ``older_than_s`` (a tool error)."""
         params = {"older_than_s": older_than_s, "result": Jsonb(result), "message": message, "limit": limit}
         return len(self._fetch(queries.EXPIRE_SUSPENDED, params))
 
-    def input_state(self, task_id: str, worker: str, keys: Sequence[str]) -> tuple[bool, dict[str, Any]]:
+    def input_state(
+        self, task_id: str, worker: str, keys: Sequence[str]
+    ) -> tuple[bool, dict[str, JSONObject]]:
         """(still active and ours, the answers recorded so far for ``keys``)."""
-        rows = self._fetch(queries.INPUT_STATE, {"task_id": task_id, "keys": list(keys)})
+        params = {"task_id": task_id, "keys": list(keys)}
+        rows = self._rows(queries.INPUT_STATE, params, typed_rows(InputState))
         if not rows:
             return False, {}
         row = rows[0]
@@ -256,8 +287,8 @@ class WorkerStore:
         worker: str,
         status: str,
         *,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
+        result: Mapping[str, object] | None = None,
+        error: TaskError | None = None,
         message: str | None = None,
         error_kind: str | None = None,
         error_message: str | None = None,
@@ -282,13 +313,17 @@ class WorkerStore:
 
     # ---- the watchdog ------------------------------------------------------------------------
 
-    def watch_jobs(self, jobs: Sequence[dict[str, Any]], lease_s: float) -> dict[str, dict[str, Any]]:
-        """Renew the leases of the children that hold them; every job's row by ``job_id holder``."""
-        rows = self._fetch(queries.WATCH_JOBS, {"jobs": Jsonb(list(jobs)), "lease_s": lease_s})
+    def watch_jobs(
+        self, jobs: Sequence[Mapping[str, object]], lease_s: float
+    ) -> dict[str, dict[str, object]]:
+        """Renew the leases of the children that hold them; every job's row by ``job_id holder``
+        (read by column name: ``queries.WATCH_JOBS`` says which)."""
+        params = {"jobs": Jsonb(list(jobs)), "lease_s": lease_s}
+        rows = self._rows(queries.WATCH_JOBS, params, typed_rows(dict[str, object]))
         return {f"{row['job_id']} {row['holder']}": row for row in rows}
 
     def force_finish(
-        self, task_id: str, holder: str, *, result: dict[str, Any], kind: str, message: str, reason: str
+        self, task_id: str, holder: str, *, result: Mapping[str, object], kind: str, message: str, reason: str
     ) -> bool:
         params = {"task_id": task_id, "holder": holder, "result": Jsonb(result), "kind": kind,
                   "message": message, "reason": reason}  # fmt: skip
@@ -300,32 +335,34 @@ class WorkerStore:
 
     # ---- admin ---------------------------------------------------------------------------
 
-    def admin_list(self, *, limit: int = 50, **filters: Any) -> list[dict[str, Any]]:
-        params = {"status": None, "tool": None, "owner": None, "older_than_s": None, "newer_than_s": None}
+    def admin_list(self, *, limit: int = 50, **filters: object) -> list[Mapping[str, object]]:
+        params: dict[str, object] = {"status": None, "tool": None, "owner": None, "older_than_s": None,
+                                     "newer_than_s": None}  # fmt: skip
         params.update(filters)
         return self._fetch(admin_queries.ADMIN_LIST, {**params, "limit": limit})
 
-    def admin_summary(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def admin_summary(self) -> tuple[list[Mapping[str, object]], list[Mapping[str, object]]]:
         """Active tasks per queue and tool, and the latest failures (for ``top``)."""
         return self._fetch(admin_queries.ADMIN_SUMMARY, {}), self._fetch(
             admin_queries.ADMIN_RECENT_FAILURES, {"limit": 8}
         )
 
-    def admin_match(self, ref: str, limit: int = 10) -> list[dict[str, Any]]:
+    def admin_match(self, ref: str, limit: int = 10) -> list[Mapping[str, object]]:
         """Tasks whose task id or job id is ``ref``, or starts with it (6+ characters); exact
         matches first."""
         return self._fetch(admin_queries.ADMIN_MATCH, {"ref": ref, "limit": limit})
 
-    def admin_principals(self, limit: int = 20) -> list[dict[str, Any]]:
+    def admin_principals(self, limit: int = 20) -> list[Mapping[str, object]]:
         """Per queue and principal: backlog, queued in the broker, running, waiting for input."""
         return self._fetch(admin_queries.ADMIN_PRINCIPALS, {"limit": limit})
 
     def queue_position(self, task_id: str, cap: int = 500) -> tuple[int, bool] | None:
         """A backlog task's place in line (``ApiStore.queue_position``), for admins."""
-        rows = self._fetch(backlog.QUEUE_POSITION, {"task_id": task_id, "cap": cap})
+        params = {"task_id": task_id, "cap": cap}
+        rows = self._rows(backlog.QUEUE_POSITION, params, typed_rows(QueuePosition))
         return (int(rows[0]["ahead"]), bool(rows[0]["capped"])) if rows else None
 
-    def admin_show(self, ref: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    def admin_show(self, ref: str) -> tuple[Mapping[str, object], list[Mapping[str, object]]] | None:
         """A task by task id or job id, with every input request it made."""
         rows = self._fetch(admin_queries.ADMIN_SHOW, {"ref": ref})
         if not rows:
@@ -334,18 +371,19 @@ class WorkerStore:
 
     def admin_cancel(self, ref: str, message: str) -> CancelOutcome:
         """Cancel any principal's task by task id or job id (the one cancel statement)."""
-        rows = self._fetch(queries.CANCEL, {"ref": ref, "by_job": True, "owner": None, "message": message})
+        params = {"ref": ref, "by_job": True, "owner": None, "message": message}
+        rows = self._rows(queries.CANCEL, params, typed_rows(CancelRow))
         return _rows.cancel_outcome(rows[0]) if rows else CancelOutcome(found=False)
 
-    def admin_purge(self, *, older_than_s: float, **filters: Any) -> int:
-        params = {"status": None, "tool": None, "owner": None}
+    def admin_purge(self, *, older_than_s: float, **filters: object) -> int:
+        params: dict[str, object] = {"status": None, "tool": None, "owner": None}
         params.update(filters)
         return self._execute(admin_queries.ADMIN_PURGE, {**params, "older_than_s": older_than_s})
 
-    def principal_limits(self) -> list[dict[str, Any]]:
-        return self._fetch(admin_queries.PRINCIPAL_LIMITS, {})
+    def principal_limits(self) -> list[PrincipalLimits]:
+        return self._rows(admin_queries.PRINCIPAL_LIMITS, {}, typed_rows(PrincipalLimits))
 
-    def set_principal_limits(self, principal: str, **limits: Any) -> None:
+    def set_principal_limits(self, principal: str, **limits: object) -> None:
         """Override some of a principal's limits (None leaves one as it was)."""
         names = ("max_active_tasks", "creates_per_second", "create_burst", "max_concurrent_requests",
                  "max_waiting_inputs", "note")  # fmt: skip
@@ -377,7 +415,7 @@ class WorkerStore:
         }
         return self._execute(session_queries.DELETE_EXPIRED_SESSIONS, params)
 
-    def fail_undispatched(self, older_than_s: float, error: dict[str, Any], message: str) -> int:
+    def fail_undispatched(self, older_than_s: float, error: TaskError, message: str) -> int:
         params = {"older_than_s": older_than_s, "error": Jsonb(error), "message": message}
         return len(self._fetch(queries.FAIL_UNDISPATCHED, params))
 
@@ -385,20 +423,25 @@ class WorkerStore:
         self._execute(queries.RECORD_RUN, {"job": job, "count": count})
 
     def seconds_since_run(self, job: str) -> float | None:
-        rows = self._fetch(queries.SECONDS_SINCE_RUN, {"job": job})
+        rows = self._rows(queries.SECONDS_SINCE_RUN, {"job": job}, typed_rows(Seconds))
         return float(rows[0]["seconds"]) if rows else None
 
     def undispatched(self, older_than_s: float, limit: int) -> list[tuple[str, str]]:
-        rows = self._fetch(queries.UNDISPATCHED, {"older_than_s": older_than_s, "limit": limit})
+        params = {"older_than_s": older_than_s, "limit": limit}
+        rows = self._rows(queries.UNDISPATCHED, params, typed_rows(JobQueue))
         return [(row["job_id"], row["queue"]) for row in rows]
 
     def unstarted_queues(self, older_than_s: float) -> list[str]:
-        return [row["queue"] for row in self._fetch(queries.UNSTARTED_QUEUES, {"older_than_s": older_than_s})]
+        params = {"older_than_s": older_than_s}
+        return [row["queue"] for row in self._rows(queries.UNSTARTED_QUEUES, params, typed_rows(QueueRow))]
 
     def unstarted(self, older_than_s: float, limit: int, queue: str | None = None) -> list[tuple[str, str]]:
         """Jobs published ``older_than_s`` ago that no worker started, re-stamped as published now."""
         params = {"older_than_s": older_than_s, "limit": limit, "queue": queue}
-        return [(row["job_id"], row["queue"]) for row in self._fetch(queries.UNSTARTED, params)]
+        return [
+            (row["job_id"], row["queue"])
+            for row in self._rows(queries.UNSTARTED, params, typed_rows(JobQueue))
+        ]
 
     def end_unattended_stops(self) -> int:
         """Cancelled tasks that nobody runs any more stop showing as ``stopping``."""
@@ -408,14 +451,15 @@ class WorkerStore:
         """Active jobs whose lease lapsed ``grace_s`` ago (their worker died), handed back to the
         queue: lease cleared, re-stamped as published now, so each is re-published once (a lost
         message then is the lost-message recovery's business, not every sweep's)."""
-        rows = self._fetch(queries.LOST_LEASES, {"grace_s": grace_s, "limit": limit})
+        params = {"grace_s": grace_s, "limit": limit}
+        rows = self._rows(queries.LOST_LEASES, params, typed_rows(JobQueue))
         return [(row["job_id"], row["queue"]) for row in rows]
 
     # ---- fair dispatch ------------------------------------------------------------------------
 
     def backlog_queues(self) -> list[str]:
         """Queues with jobs waiting in the backlog (never published)."""
-        return [row["queue"] for row in self._fetch(backlog.BACKLOG_QUEUES, {})]
+        return [row["queue"] for row in self._rows(backlog.BACKLOG_QUEUES, {}, typed_rows(QueueRow))]
 
     def release_jobs(self, queue: str, ahead: int, max_waiting: int) -> list[tuple[str, str]]:
         """Mark the next jobs of ``queue`` published, round-robin by principal, so that at most
@@ -432,10 +476,12 @@ class WorkerStore:
             with conn.transaction():
                 conn.execute(backlog.ASYNC_COMMIT)
                 conn.execute(backlog.LOCK_QUEUE, params)
-                cursor = conn.execute(backlog.RELEASE, params)
+                cursor = conn.cursor(row_factory=typed_rows(ReleaseRow)).execute(backlog.RELEASE, params)
             rows = cursor.fetchall()
         room = int(rows[0]["room"]) if rows else 0
-        return [(row["job_id"], row["queue"]) for row in rows if row["job_id"] is not None], room
+        # A release of none is one row of nulls (and the room).
+        jobs = [(row["job_id"], row["queue"]) for row in rows]
+        return [(job, queue) for job, queue in jobs if job is not None and queue is not None], room
 
     def undispatch(self, job_ids: Sequence[str]) -> int:
         """Put released jobs that could not be published back into the backlog."""
@@ -443,7 +489,7 @@ class WorkerStore:
 
     def queued_counts(self, older_than_s: float) -> dict[str, tuple[int, int]]:
         """Per queue: (published jobs no worker holds, those of them older than ``older_than_s``)."""
-        rows = self._fetch(backlog.QUEUED_COUNTS, {"older_than_s": older_than_s})
+        rows = self._rows(backlog.QUEUED_COUNTS, {"older_than_s": older_than_s}, typed_rows(QueueCount))
         return {row["queue"]: (int(row["queued"]), int(row["old"])) for row in rows}
 
     def broker_down(self, down: bool) -> None:
@@ -455,12 +501,14 @@ class WorkerStore:
 
     def step_index(self, task_id: str) -> list[tuple[int, str]]:
         """The task's recorded steps as ``(seq, name)``, in order (the results stay behind)."""
-        rows = self._fetch(step_queries.STEP_INDEX, {"task_id": task_id})
+        rows = self._rows(step_queries.STEP_INDEX, {"task_id": task_id}, typed_rows(StepEntry))
         return [(int(row["seq"]), str(row["name"])) for row in rows]
 
-    def step_result(self, task_id: str, seq: int) -> Any:
+    def step_result(self, task_id: str, seq: int) -> JSONValue:
         """The recorded result of step ``seq`` (decoded JSON); ``LookupError`` if none."""
-        rows = self._fetch(step_queries.STEP_RESULT, {"task_id": task_id, "seq": seq})
+        rows = self._rows(
+            step_queries.STEP_RESULT, {"task_id": task_id, "seq": seq}, typed_rows(StepResultRow)
+        )
         if not rows:
             raise LookupError(f"no step {seq} is recorded")
         return rows[0]["result"]
@@ -469,7 +517,7 @@ class WorkerStore:
         """Record step ``seq`` (``result``: its JSON text), fenced (``step_queries.StepWrite``)."""
         params = {"task_id": task_id, "worker": worker, "seq": seq, "name": name, "result": result,
                   "size": len(result.encode())}  # fmt: skip
-        row = self._fetch(step_queries.RECORD_STEP, params)[0]
+        row = self._rows(step_queries.RECORD_STEP, params, typed_rows(StepWriteRow))[0]
         if not row["mine"]:
             return False
         return True if row["recorded"] else None
@@ -526,7 +574,7 @@ class WorkerStore:
         """The bytes of a checkpoint kept in Postgres, one chunk (one query) at a time."""
         for seq in range(record.chunks):
             params = {"task_id": task_id, "name": record.name, "generation": record.generation, "seq": seq}
-            rows = self._fetch(step_queries.CHUNK, params)
+            rows = self._rows(step_queries.CHUNK, params, typed_rows(ChunkRow))
             if not rows:
                 raise LookupError(f"checkpoint {record.name!r} lost chunk {seq} (it was replaced meanwhile)")
             yield bytes(rows[0]["data"])
@@ -534,16 +582,15 @@ class WorkerStore:
     def delete_checkpoint(self, task_id: str, worker: str, name: str) -> CheckpointRecord | bool | None:
         """Delete checkpoint ``name`` and its chunks, fenced: the deleted record (its file, if any,
         is the caller's to remove), None if there was none, False if the task is not ours."""
-        row = self._fetch(
-            step_queries.DELETE_CHECKPOINT, {"task_id": task_id, "worker": worker, "name": name}
-        )[0]
+        params = {"task_id": task_id, "worker": worker, "name": name}
+        row = self._rows(step_queries.DELETE_CHECKPOINT, params, typed_rows(CheckpointGone))[0]
         if not row["mine"]:
             return False
-        if row["generation"] is None:
+        if row["generation"] is None or row["storage"] is None:
             return None
         return CheckpointRecord(name, row["generation"], row["storage"], 0, "", 0, row["path"])
 
-    def admin_durables(self, task_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def admin_durables(self, task_id: str) -> tuple[list[Mapping[str, object]], list[Mapping[str, object]]]:
         """A task's recorded steps and its checkpoints (sizes and times, never the data), for admins."""
         params = {"task_id": task_id}
         return self._fetch(step_queries.ADMIN_STEPS, params), self._fetch(
@@ -552,20 +599,22 @@ class WorkerStore:
 
     def known_jobs(self, job_ids: Sequence[str]) -> set[str]:
         """Which of ``job_ids`` still have a task row (the checkpoint directory's orphan sweep)."""
-        return {row["job_id"] for row in self._fetch(step_queries.KNOWN_JOBS, {"job_ids": list(job_ids)})}
+        params = {"job_ids": list(job_ids)}
+        return {row["job_id"] for row in self._rows(step_queries.KNOWN_JOBS, params, typed_rows(JobId))}
 
     @staticmethod
     def _flip_checkpoint(
-        conn: psycopg.Connection[dict[str, Any]], task_id: str, worker: str, record: CheckpointRecord
+        conn: psycopg.Connection[Mapping[str, object]], task_id: str, worker: str, record: CheckpointRecord
     ) -> tuple[CheckpointRecord, CheckpointRecord | None] | None:
         params = {"task_id": task_id, "worker": worker, "name": record.name, "generation": record.generation,
                   "storage": record.storage, "size": record.size, "sha256": record.sha256,
                   "chunks": record.chunks, "path": record.path}  # fmt: skip
-        rows = conn.execute(step_queries.RECORD_CHECKPOINT, params).fetchall()
+        with conn.cursor(row_factory=typed_rows(CheckpointFlip)) as cursor:
+            rows = cursor.execute(step_queries.RECORD_CHECKPOINT, params).fetchall()
         if not rows:
             return None
         row = rows[0]
         saved = replace(record, saved_at=row["saved_at"])
-        if row["generation"] is None or row["generation"] == record.generation:
+        if row["generation"] is None or row["storage"] is None or row["generation"] == record.generation:
             return saved, None
         return saved, CheckpointRecord(record.name, row["generation"], row["storage"], 0, "", 0, row["path"])

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from mcp_celery_tasks.errors import InfrastructureError, QuotaExceeded
 from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store.row_types import PrincipalLimits
 
 __all__ = ["Limits", "Quotas"]
+
+T = TypeVar("T")
 
 OVERRIDES_TTL_S = 10.0
 MAX_BUCKETS = 100_000
@@ -28,7 +31,7 @@ MAX_BUCKETS = 100_000
 
 
 class OverrideSource(Protocol):
-    async def principal_limits(self) -> list[dict[str, Any]]: ...
+    async def principal_limits(self) -> Sequence[PrincipalLimits]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +78,16 @@ class Quotas:
                 self._overrides = {row["principal"]: self._merge(row) for row in rows}
         return self._overrides.get(principal, self.defaults)
 
-    def _merge(self, row: dict[str, Any]) -> Limits:
-        fields = {name: row[name] for name in Limits.__slots__ if row.get(name) is not None}
-        return replace(self.defaults, **fields)
+    def _merge(self, row: PrincipalLimits) -> Limits:
+        """The defaults, with the row's overrides (a null column keeps its default)."""
+        d = self.defaults
+        return Limits(
+            max_active_tasks=_or(row.get("max_active_tasks"), d.max_active_tasks),
+            creates_per_second=_or(row.get("creates_per_second"), d.creates_per_second),
+            create_burst=_or(row.get("create_burst"), d.create_burst),
+            max_concurrent_requests=_or(row.get("max_concurrent_requests"), d.max_concurrent_requests),
+            max_waiting_inputs=_or(row.get("max_waiting_inputs"), d.max_waiting_inputs),
+        )
 
     def take_create(self, principal: str, limits: Limits) -> None:
         """Spend one creation token, or refuse saying when one will be there."""
@@ -138,3 +148,7 @@ class Quotas:
             limit="active_tasks",
             maximum=limits.max_active_tasks,
         )
+
+
+def _or(value: T | None, default: T) -> T:
+    return default if value is None else value

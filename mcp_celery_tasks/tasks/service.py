@@ -16,12 +16,13 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NotRequired, Protocol, TypedDict
 
 from mcp_celery_tasks.errors import InfrastructureError, InvalidParams, MissingCapability, ServiceUnavailable
+from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.lifecycle import INPUT_REQUIRED, WORKING
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import (
@@ -94,7 +95,7 @@ class InputRequest(TypedDict):
     params)."""
 
     method: str
-    params: NotRequired[dict[str, Any]]
+    params: NotRequired[Mapping[str, object]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,10 +149,10 @@ class TaskService:
         self,
         ctx: RequestContext,
         spec: ToolSpec,
-        arguments: dict[str, Any],
+        arguments: Mapping[str, object],
         *,
         as_task: bool,
-        preflight: dict[str, Any] | None = None,
+        preflight: Mapping[str, object] | None = None,
         retention_ms: int | None = None,
         log_level: str | None = None,
     ) -> TaskRecord:
@@ -217,11 +218,11 @@ class TaskService:
         self,
         ctx: RequestContext,
         spec: ToolSpec,
-        arguments: dict[str, Any],
+        arguments: Mapping[str, object],
         task_id: str,
         retention_ms: int,
         as_task: bool,
-        preflight: dict[str, Any] | None,
+        preflight: Mapping[str, object] | None,
         log_level: str | None,
     ) -> NewTask:
         settings = self._settings
@@ -292,7 +293,7 @@ class TaskService:
 
     # ---- answer and cancel ------------------------------------------------------------------
 
-    async def answer(self, record: TaskRecord, responses: dict[str, Any]) -> None:
+    async def answer(self, record: TaskRecord, responses: Mapping[str, object]) -> None:
         """Record answers to outstanding keys and wake the waiting worker, or, when the job was
         suspended and this was its last question, wake the fair publisher: the job is back in
         the backlog (same transaction) and runs again, replaying the answers. Keys that are not
@@ -332,8 +333,8 @@ class TaskService:
         session_id: str,
         principal: str,
         protocol_version: str,
-        capabilities: dict[str, Any],
-        client_info: dict[str, Any] | None,
+        capabilities: JSONObject,
+        client_info: JSONObject | None,
     ) -> bool:
         """Open a session; False when the principal already has the most live ones."""
         return await self._store.create_session(

@@ -15,12 +15,14 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
-from mcp_celery_tasks.errors import InfrastructureError
-from mcp_celery_tasks.store.records import ClaimedTask, InputRecord
+from mcp_celery_tasks.errors import InfrastructureError, TaskError
+from mcp_celery_tasks.json_types import JSONObject, JSONValue
+from mcp_celery_tasks.store.records import ClaimedTask, InputItem, InputRecord
+from mcp_celery_tasks.store.row_types import JobState
 from mcp_celery_tasks.testing.memory_steps import MemorySteps, TaskDurables
 
 __all__ = ["ACTIVE", "TERMINAL", "MemoryInbox", "MemoryStore", "Row", "answer_everything"]
@@ -36,15 +38,15 @@ class Row:
     task_id: str
     job_id: str
     tool_name: str
-    arguments: dict[str, Any]
+    arguments: JSONObject
     status: str = "working"
     status_message: str | None = None
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
+    result: JSONObject | None = None
+    error: TaskError | None = None
     error_kind: str | None = None
     error_message: str | None = None
-    preflight: dict[str, Any] | None = None
-    client_capabilities: dict[str, Any] = field(default_factory=dict)
+    preflight: JSONObject | None = None
+    client_capabilities: JSONObject = field(default_factory=dict)
     queue: str = "mcp.default"
     attempts: int = 0
     max_attempts: int = 3
@@ -63,7 +65,7 @@ class Row:
     """When the job gave its slot back waiting for input (None: resident, or not waiting)."""
     resumed_at: float | None = None
     suspensions: int = 0
-    logs: list[tuple[str, str | None, Any]] = field(default_factory=list)
+    logs: list[tuple[str, str | None, JSONValue]] = field(default_factory=list)
     log_level: str | None = None
     reports: list[tuple[str, float | None, float | None]] = field(default_factory=list)
     """Every status report written, in order (``status_message`` is the last one)."""
@@ -89,11 +91,17 @@ class MemoryStore(MemorySteps):
 
     # ---- helpers for tests -------------------------------------------------------------------
 
-    def add(self, tool_name: str, arguments: dict[str, Any] | None = None, **columns: Any) -> Row:
+    def add(self, tool_name: str, arguments: Mapping[str, object] | None = None, **columns: Any) -> Row:
         """A new active row, as the API would create it."""
         task_id = columns.pop("task_id", uuid.uuid4().hex)
         job_id = columns.pop("job_id", uuid.uuid4().hex)
-        row = Row(task_id=task_id, job_id=job_id, tool_name=tool_name, arguments=arguments or {}, **columns)
+        row = Row(
+            task_id=task_id,
+            job_id=job_id,
+            tool_name=tool_name,
+            arguments=_as_json(arguments or {}),
+            **columns,
+        )
         self.rows[task_id] = row
         return row
 
@@ -112,13 +120,13 @@ class MemoryStore(MemorySteps):
                 if rec.response is None:
                     row.inputs[key] = replace(rec, superseded=True)
 
-    def answer(self, task_id: str, key: str, response: dict[str, Any]) -> None:
+    def answer(self, task_id: str, key: str, response: Mapping[str, object]) -> None:
         """tasks/update: record an answer to an outstanding key; back to working when none remain."""
         row = self.rows[task_id]
         rec = row.inputs.get(key)
         if rec is None or rec.response is not None or rec.superseded:
             return
-        row.inputs[key] = replace(rec, response=response)
+        row.inputs[key] = replace(rec, response=_as_json(response))
         if row.status == "input_required" and not self._outstanding(row):
             row.status = "working"
             if row.suspended_at is not None:  # back to the backlog: the next claim runs it again
@@ -161,7 +169,7 @@ class MemoryStore(MemorySteps):
             resumed_for_s=None if row.resumed_at is None else now - row.resumed_at,
         )
 
-    def job_state(self, job_id: str) -> dict[str, Any] | None:
+    def job_state(self, job_id: str) -> JobState | None:
         self._call("job_state")
         row = self.by_job(job_id)
         if row is None:
@@ -178,7 +186,7 @@ class MemoryStore(MemorySteps):
         }
 
     def fail_exhausted(
-        self, job_id: str, error: dict[str, Any], message: str, kind: str = "attempts_exhausted"
+        self, job_id: str, error: TaskError, message: str, kind: str = "attempts_exhausted"
     ) -> bool:
         self._call("fail_exhausted")
         row = self.by_job(job_id)
@@ -235,7 +243,7 @@ class MemoryStore(MemorySteps):
         return True
 
     def log(
-        self, task_id: str, worker: str, level: str, logger: str | None, data: Any, max_logs: int
+        self, task_id: str, worker: str, level: str, logger: str | None, data: JSONValue, max_logs: int
     ) -> bool:
         self._call("log")
         row = self._mine(task_id, worker)
@@ -255,7 +263,7 @@ class MemoryStore(MemorySteps):
         task_id: str,
         worker: str,
         inbox: str,
-        items: Sequence[dict[str, Any]],
+        items: Sequence[InputItem],
         supersede: Sequence[str] = (),
         may_suspend: bool = False,
     ) -> bool:
@@ -270,8 +278,9 @@ class MemoryStore(MemorySteps):
                 row.inputs[key] = replace(rec, superseded=True)
         for item in items:
             if item["key"] not in row.inputs:  # ON CONFLICT DO NOTHING
+                params = None if item["params"] is None else _as_json(item["params"])
                 row.inputs[item["key"]] = InputRecord(
-                    item["key"], item["method"], item["params"], item["params_hash"], None, False
+                    item["key"], item["method"], params, item["params_hash"], None, False
                 )
         return True
 
@@ -297,13 +306,17 @@ class MemoryStore(MemorySteps):
         row.attempts = max(row.attempts - 1, 0)
         return True
 
-    def input_state(self, task_id: str, worker: str, keys: Sequence[str]) -> tuple[bool, dict[str, Any]]:
+    def input_state(
+        self, task_id: str, worker: str, keys: Sequence[str]
+    ) -> tuple[bool, dict[str, JSONObject]]:
         self._call("input_state")
         row = self.rows.get(task_id)
         if row is None:
             return False, {}
         answers = {
-            key: rec.response for key, rec in row.inputs.items() if key in keys and rec.response is not None
+            key: response
+            for key, rec in row.inputs.items()
+            if key in keys and (response := rec.response) is not None
         }
         return row.status in ACTIVE and row.worker == worker, answers
 
@@ -325,8 +338,8 @@ class MemoryStore(MemorySteps):
         worker: str,
         status: str,
         *,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
+        result: JSONObject | None = None,
+        error: TaskError | None = None,
         message: str | None = None,
         error_kind: str | None = None,
         error_message: str | None = None,
@@ -390,7 +403,7 @@ class MemoryInbox:
         return True
 
 
-def answer_everything(store: MemoryStore, response: dict[str, Any]) -> Callable[[str], None]:
+def answer_everything(store: MemoryStore, response: Mapping[str, object]) -> Callable[[str], None]:
     """An ``on_wait`` for ``MemoryInbox``: the client answers every outstanding request."""
 
     def on_wait(task_id: str) -> None:
@@ -398,3 +411,10 @@ def answer_everything(store: MemoryStore, response: dict[str, Any]) -> Callable[
             store.answer(task_id, key, response)
 
     return on_wait
+
+
+def _as_json(value: Mapping[str, object]) -> JSONObject:
+    """A JSON object kept as given: Postgres stores it as jsonb and reads JSON back; here it
+    stays the caller's object (a tool's params, which the context hashed as JSON, or a test's
+    answer)."""
+    return cast("JSONObject", value)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from mcp_celery_tasks.json_types import JSONValue
 from mcp_celery_tasks.store.step_queries import CHUNK_BYTES, CheckpointRecord, StepWrite
 
 __all__ = ["MemorySteps", "TaskDurables"]
@@ -48,12 +49,13 @@ class MemorySteps:
         steps = self._durables(task_id).steps
         return [(seq, steps[seq][0]) for seq in sorted(steps)]
 
-    def step_result(self, task_id: str, seq: int) -> Any:
+    def step_result(self, task_id: str, seq: int) -> JSONValue:
         self._call("step_result")
         found = self._durables(task_id).steps.get(seq)
         if found is None:
             raise LookupError(f"no step {seq} is recorded")
-        return json.loads(found[1])
+        decoded: JSONValue = json.loads(found[1])
+        return decoded
 
     def record_step(self, task_id: str, worker: str, seq: int, name: str, result: str) -> StepWrite:
         self._call("record_step")

@@ -15,20 +15,28 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from mcp_celery_tasks.errors import TASKS_EXTENSION, InvalidParams, MissingCapability, ProtocolError
+from mcp_celery_tasks.errors import (
+    TASKS_EXTENSION,
+    InvalidParams,
+    MissingCapability,
+    ProtocolError,
+    TaskError,
+)
+from mcp_celery_tasks.json_types import JSONObject, JSONValue, as_array, as_object
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
 from mcp_celery_tasks.testing.memory import MemoryInbox, MemoryStore, Row
 from mcp_celery_tasks.tools.inputs import CAPABILITY_FOR, validate_response
 from mcp_celery_tasks.tools.registry import InvalidArguments, ToolSpec, all_tools, get_tool
 from mcp_celery_tasks.tools.results import error_result
+from mcp_celery_tasks.wire import declares_tasks
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.runner import JobRunner
 from mcp_celery_tasks.worker.runtime import Runtime
 
 __all__ = ["ALL_CAPABILITIES", "InputRequest", "LogEntry", "Report", "ToolRun", "UnansweredInput", "run_tool"]
 
-ALL_CAPABILITIES: Final[Mapping[str, Any]] = {
+ALL_CAPABILITIES: Final[Mapping[str, JSONObject]] = {
     "elicitation": {"form": {}},
     "sampling": {},
     "roots": {},
@@ -36,7 +44,7 @@ ALL_CAPABILITIES: Final[Mapping[str, Any]] = {
 }
 """What the default caller declares: every input kind, and the tasks extension."""
 
-Answer = Mapping[str, Any] | BaseModel | Callable[[dict[str, Any] | None], Mapping[str, Any] | BaseModel]
+Answer = Mapping[str, object] | BaseModel | Callable[[JSONObject | None], Mapping[str, object] | BaseModel]
 """An answer as the client would send it (``{"action": "accept", "content": {...}}``, an
 ``ElicitResult``…), or a function of the request's params that returns one."""
 
@@ -68,7 +76,7 @@ class LogEntry:
 
     level: str
     logger: str | None
-    data: Any
+    data: JSONValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +85,8 @@ class InputRequest:
 
     key: str
     method: str
-    params: dict[str, Any] | None
-    answer: dict[str, Any] | None = None
+    params: JSONObject | None
+    answer: Mapping[str, object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +104,8 @@ class ToolRun:
     """
 
     status: str
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
+    result: JSONObject | None = None
+    error: TaskError | None = None
     reports: list[Report] = field(default_factory=list)
     logs: list[LogEntry] = field(default_factory=list)
     requests: list[InputRequest] = field(default_factory=list)
@@ -111,23 +119,24 @@ class ToolRun:
     @property
     def text(self) -> str:
         """The result's text content blocks, joined by newlines."""
-        blocks = (self.result or {}).get("content") or []
-        return "\n".join(block["text"] for block in blocks if block.get("type") == "text")
+        blocks = [as_object(block) for block in as_array((self.result or {}).get("content"))]
+        return "\n".join(str(block["text"]) for block in blocks if block.get("type") == "text")
 
     @property
     def structured(self) -> Any:
-        """The result's ``structuredContent`` (None when the tool returned text)."""
+        """The result's ``structuredContent`` (None when the tool returned text): the tool's
+        return value as JSON, any value."""
         return (self.result or {}).get("structuredContent")
 
 
 def run_tool(
     tool: str | Callable[..., Any],
-    arguments: Mapping[str, Any] | None = None,
+    arguments: Mapping[str, object] | None = None,
     *,
     answers: Mapping[str, Answer] | None = None,
     cancel_after: int | None = None,
-    capabilities: Mapping[str, Any] | None = None,
-    preflight: Mapping[str, Any] | None = None,
+    capabilities: Mapping[str, object] | None = None,
+    preflight: Mapping[str, object] | None = None,
     settings: Settings | None = None,
 ) -> ToolRun:
     """Call a ``@tool`` as the server would, with no Postgres, broker or worker.
@@ -162,7 +171,7 @@ def run_tool(
     asked_first: list[InputRequest] = []
     try:
         checked = _check_arguments(spec, dict(arguments or {}), settings)
-        if spec.mode == "required" and TASKS_EXTENSION not in (declared.get("extensions") or {}):
+        if spec.mode == "required" and not declares_tasks(declared):
             raise MissingCapability()  # SEP-2663: a task-only tool refuses a non-task call
         if preflight is None:
             preflight = _ask_first(spec, checked, answers, declared, asked_first)
@@ -215,7 +224,7 @@ def _spec(tool: str | Callable[..., Any]) -> ToolSpec:
     return spec
 
 
-def _check_arguments(spec: ToolSpec, arguments: dict[str, Any], settings: Settings) -> dict[str, Any]:
+def _check_arguments(spec: ToolSpec, arguments: Mapping[str, object], settings: Settings) -> JSONObject:
     """The server's checks of a call's arguments (``protocol.v2026_07_28.resolve_call``)."""
     limit = settings.max_arguments_bytes
     if arguments and len(json.dumps(arguments, separators=(",", ":"))) > limit:
@@ -225,24 +234,24 @@ def _check_arguments(spec: ToolSpec, arguments: dict[str, Any], settings: Settin
 
 def _ask_first(
     spec: ToolSpec,
-    arguments: dict[str, Any],
+    arguments: JSONObject,
     answers: Mapping[str, Answer],
-    declared: Mapping[str, Any],
+    declared: Mapping[str, object],
     asked: list[InputRequest],
-) -> dict[str, Any]:
+) -> JSONObject:
     """The ``ask_first`` answers as the server collects them (``protocol.rounds.preflight``)."""
-    collected: dict[str, Any] = {}
+    collected: JSONObject = {}
     for key, question in spec.questions_first(arguments).items():
         if CAPABILITY_FOR[question.method] not in declared:
             needed = CAPABILITY_FOR[question.method]
             raise MissingCapability(f"The tool asks first and needs the {needed!r} capability", {needed: {}})
         request = InputRequest(key, question.method, question.params)
-        collected[key] = _answer(request, answers)
-        asked.append(InputRequest(key, question.method, question.params, collected[key]))
+        answer = collected[key] = _answer(request, answers)
+        asked.append(InputRequest(key, question.method, question.params, answer))
     return collected
 
 
-def _answer(request: InputRequest, answers: Mapping[str, Answer]) -> dict[str, Any]:
+def _answer(request: InputRequest, answers: Mapping[str, Answer]) -> JSONObject:
     """The answer ``answers`` gives ``request``, checked as the server checks it."""
     if request.key not in answers:
         keys = ", ".join(map(repr, answers)) or "none"
@@ -325,7 +334,7 @@ class _Client:
         ]
 
 
-def _plain(answer: Mapping[str, Any] | BaseModel) -> Any:
+def _plain(answer: Mapping[str, object] | BaseModel) -> object:
     if isinstance(answer, BaseModel):
         return answer.model_dump(mode="json", by_alias=True, exclude_none=True)
     return dict(answer)

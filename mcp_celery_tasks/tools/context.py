@@ -13,7 +13,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, ParamSpec, Protocol, get_args
@@ -27,6 +27,7 @@ from mcp_types import (
 )
 
 from mcp_celery_tasks.errors import InputNotSupported, InvalidParams, TaskCancelled
+from mcp_celery_tasks.json_types import JSONObject, JSONValue
 from mcp_celery_tasks.tools import inputs
 from mcp_celery_tasks.tools.steps import NO_STEPS, Checkpoints, TaskSteps
 
@@ -49,8 +50,10 @@ _PYTHON_LEVEL = {
 
 P = ParamSpec("P")
 
-Ask = tuple[str, dict[str, Any] | None]
-"""One input request: ``(method, params)``, e.g. ``("roots/list", None)``."""
+Ask = tuple[str, Mapping[str, object] | None]
+"""One input request: ``(method, params)``, e.g. ``("roots/list", None)``; params are JSON."""
+Prepared = dict[str, tuple[str, Mapping[str, object] | None, str]]
+"""``{key: (method, params, params hash)}``: the input requests of one ask."""
 
 
 class TaskRuntime(Protocol):
@@ -60,7 +63,7 @@ class TaskRuntime(Protocol):
         """Set the status message and numeric progress (coalesced; the latest always lands)."""
         ...
 
-    def log(self, level: str, logger: str | None, data: Any) -> None:
+    def log(self, level: str, logger: str | None, data: JSONValue) -> None:
         """Record a log message for the task's synchronous caller."""
         ...
 
@@ -77,9 +80,7 @@ class TaskRuntime(Protocol):
         """Raise ``SoftTimeLimitExceeded`` (once) when the job ran past its soft time limit."""
         ...
 
-    def ask(
-        self, requests: dict[str, tuple[str, dict[str, Any] | None, str]], timeout_s: float
-    ) -> dict[str, Any]:
+    def ask(self, requests: Prepared, timeout_s: float) -> dict[str, JSONObject]:
         """Make ``{key: (method, params, hash)}`` outstanding and block until all are answered.
 
         Answers recorded by an earlier run of the same job are returned at once.
@@ -105,9 +106,9 @@ class TaskContext:
         job_id: str,
         tool_name: str,
         attempt: int,
-        preflight: dict[str, Any] | None,
+        preflight: Mapping[str, object] | None,
         runtime: TaskRuntime,
-        client_capabilities: dict[str, Any] | None = None,
+        client_capabilities: Mapping[str, object] | None = None,
         strict_capabilities: bool = True,
         input_timeout_s: float = 1500.0,
         max_outstanding_inputs: int = 16,
@@ -122,10 +123,10 @@ class TaskContext:
         self.preflight: dict[str, Any] = dict(preflight or {})
         # Answers the request offered up front; used when the tool asks under that key.
         given = self.preflight.pop(inputs.GIVEN_KEY, None)
-        self._given: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
+        self._given: dict[str, object] = dict(given) if isinstance(given, dict) else {}
         self._runtime = runtime
         self._sleep_slice = sleep_slice_s
-        self._capabilities: dict[str, Any] = dict(client_capabilities or {})
+        self._capabilities: dict[str, object] = dict(client_capabilities or {})
         self._strict = strict_capabilities
         self._input_timeout_s = input_timeout_s
         self._max_outstanding = max_outstanding_inputs
@@ -137,7 +138,7 @@ class TaskContext:
         self._steps = steps
 
     @property
-    def client_capabilities(self) -> dict[str, Any]:
+    def client_capabilities(self) -> dict[str, object]:
         """What the calling client declared (``elicitation``, ``sampling``, ``roots`` …): a tool
         asks only for input kinds found here (SEP-2322)."""
         return dict(self._capabilities)
@@ -176,7 +177,7 @@ class TaskContext:
             raise ValueError(f"unknown log level {level!r}: use one of {', '.join(LOG_LEVELS)}")
         self._logger.log(_PYTHON_LEVEL[level], message, extra={"job_id": self.job_id, "tool": self.tool_name})
         if self._log_from is not None and LOG_LEVELS.index(level) >= self._log_from:
-            payload: Any = message if data is None else {"message": message, "data": data}
+            payload: JSONValue = message if data is None else {"message": message, "data": data}
             try:
                 size = len(json.dumps(payload, allow_nan=False))
             except (TypeError, ValueError):
@@ -236,7 +237,7 @@ class TaskContext:
 
     # ---- input requests --------------------------------------------------------------------
 
-    def elicit(self, message: str, schema: dict[str, Any], *, key: str | None = None) -> ElicitResult:
+    def elicit(self, message: str, schema: Mapping[str, object], *, key: str | None = None) -> ElicitResult:
         """Ask the user to fill a form; blocks until answered (or cancelled, or timed out).
 
         Returns the ``ElicitResult``: check ``action`` (accept / decline / cancel); ``content``
@@ -247,15 +248,15 @@ class TaskContext:
 
     def sample(
         self,
-        messages: list[dict[str, Any]],
+        messages: Sequence[Mapping[str, object]],
         max_tokens: int,
         *,
         system_prompt: str | None = None,
         key: str | None = None,
-        **params: Any,
+        **params: object,
     ) -> CreateMessageResult | CreateMessageResultWithTools:
         """Ask the client's LLM for a message (``sampling/createMessage``)."""
-        request: dict[str, Any] = {"messages": messages, "maxTokens": max_tokens, **params}
+        request: dict[str, object] = {"messages": messages, "maxTokens": max_tokens, **params}
         if system_prompt is not None:
             request["systemPrompt"] = system_prompt
         answer = self._ask_one(key, inputs.SAMPLE, request)
@@ -267,19 +268,20 @@ class TaskContext:
         """Ask the client for its roots (``roots/list``)."""
         return ListRootsResult.model_validate(self._ask_one(key, inputs.ROOTS, None))
 
-    def ask(self, key: str | None, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        """Any input request; returns the raw answer (already validated by the server)."""
+    def ask(self, key: str | None, method: str, params: Mapping[str, object] | None) -> JSONObject:
+        """Any input request (``params``: JSON); returns the raw answer (already validated by the
+        server)."""
         return self._ask_one(key, method, params)
 
-    def ask_many(self, requests: dict[str, Ask]) -> dict[str, dict[str, Any]]:
+    def ask_many(self, requests: Mapping[str, Ask]) -> dict[str, JSONObject]:
         """Several input requests outstanding at once; returns every answer by key."""
         return self._ask(list(requests.items()))
 
-    def _ask_one(self, key: str | None, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    def _ask_one(self, key: str | None, method: str, params: Mapping[str, object] | None) -> JSONObject:
         return next(iter(self._ask([(key, (method, params))]).values()))
 
-    def _ask(self, items: list[tuple[str | None, Ask]]) -> dict[str, dict[str, Any]]:
-        prepared: dict[str, tuple[str, dict[str, Any] | None, str]] = {}
+    def _ask(self, items: list[tuple[str | None, Ask]]) -> dict[str, JSONObject]:
+        prepared: Prepared = {}
         order: list[str] = []
         for explicit, (method, params) in items:
             capability = inputs.CAPABILITY_FOR.get(method)
@@ -310,10 +312,10 @@ class TaskContext:
             answers.update(self._runtime.ask(missing, self._input_timeout_s))
         return {key: answers[key] for key in order}
 
-    def _offered(self, prepared: dict[str, tuple[str, dict[str, Any] | None, str]]) -> dict[str, Any]:
+    def _offered(self, prepared: Prepared) -> dict[str, JSONObject]:
         """Answers the request offered before it was asked, where they fit the question (each
         used once; one that does not fit is ignored and the question asked as usual)."""
-        found: dict[str, Any] = {}
+        found: dict[str, JSONObject] = {}
         for key, (method, params, _) in prepared.items():
             if key in self._given:
                 with contextlib.suppress(InvalidParams):

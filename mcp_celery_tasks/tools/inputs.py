@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from mcp_types import CreateMessageResult, CreateMessageResultWithTools, ListRootsResult
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from mcp_celery_tasks.errors import InvalidParams
+from mcp_celery_tasks.json_types import JSONObject, JSONValue
 
 __all__ = [
     "CAPABILITY_FOR",
@@ -35,8 +37,10 @@ CAPABILITY_FOR: Final[dict[str, str]] = {ELICIT: "elicitation", SAMPLE: "samplin
 """The client capability a request kind needs (MRTR: never ask for an undeclared kind)."""
 
 
-def elicit_params(message: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"mode": "form", "message": message, "requestedSchema": schema}
+def elicit_params(message: str, schema: Mapping[str, object]) -> JSONObject:
+    """An ``elicitation/create`` request's params. ``schema`` is the form's JSON Schema as the
+    tool author wrote it (a plain dict literal types as ``dict[str, object]``): JSON, sent as is."""
+    return {"mode": "form", "message": message, "requestedSchema": cast("JSONObject", schema)}
 
 
 @dataclass(frozen=True)
@@ -44,18 +48,19 @@ class Elicit:
     """A form question for ``@tool(ask_first=...)``: asked before the task exists (MRTR)."""
 
     message: str
-    schema: dict[str, Any]
+    schema: Mapping[str, object]
+    """The form's JSON Schema (``requestedSchema``)."""
 
     @property
     def method(self) -> str:
         return ELICIT
 
     @property
-    def params(self) -> dict[str, Any]:
+    def params(self) -> JSONObject:
         return elicit_params(self.message, self.schema)
 
 
-def params_hash(method: str, params: dict[str, Any] | None) -> str:
+def params_hash(method: str, params: Mapping[str, object] | None) -> str:
     """A stable fingerprint of one request: same method and params, same hash."""
     canonical = json.dumps({"method": method, "params": params}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -67,8 +72,12 @@ was asked (SEP-2322: ``inputResponses`` without ``requestState``); the context t
 MAX_GIVEN: Final = 16
 
 
-def validate_response(key: str, method: str, params: dict[str, Any] | None, response: Any) -> dict[str, Any]:
-    """Check an answer against the request it answers; raise ``InvalidParams`` if it does not fit."""
+def validate_response(
+    key: str, method: str, params: Mapping[str, object] | None, response: object
+) -> JSONObject:
+    """Check an answer against the request it answers; raise ``InvalidParams`` if it does not fit.
+
+    ``response`` is parsed JSON (a request's ``inputResponses`` entry, or a test's answer)."""
     if not isinstance(response, dict):
         raise InvalidParams(f"inputResponses[{key!r}] must be an object")
     if method == ELICIT:
@@ -80,7 +89,7 @@ def validate_response(key: str, method: str, params: dict[str, Any] | None, resp
     return response
 
 
-def _check_model(key: str, response: dict[str, Any], *models: Any) -> None:
+def _check_model(key: str, response: JSONObject, *models: type[BaseModel]) -> None:
     errors: list[str] = []
     for model in models:
         try:
@@ -100,7 +109,8 @@ _TYPES: Final[dict[str, tuple[type, ...]]] = {
 }
 
 
-def _check_elicit(key: str, schema: dict[str, Any], response: dict[str, Any]) -> None:
+def _check_elicit(key: str, schema: Any, response: JSONObject) -> None:
+    """``schema``: the request's ``requestedSchema``, the tool author's JSON Schema."""
     action = response.get("action")
     if action not in ("accept", "decline", "cancel"):
         raise InvalidParams(f"inputResponses[{key!r}].action must be accept, decline or cancel")
@@ -113,7 +123,9 @@ def _check_elicit(key: str, schema: dict[str, Any], response: dict[str, Any]) ->
         content = {}
     if not isinstance(content, dict):
         raise InvalidParams(f"inputResponses[{key!r}].content must be an object")
-    properties: dict[str, Any] = schema.get("properties") or {}
+    # Read as JSON Schema says (``properties`` an object, ``required`` an array of names): a
+    # schema that is not fails here as it always did.
+    properties = schema.get("properties") or {}
     for name in schema.get("required") or []:
         if content.get(name) is None:
             raise InvalidParams(f"inputResponses[{key!r}].content is missing the required field {name!r}")
@@ -128,7 +140,8 @@ def _check_elicit(key: str, schema: dict[str, Any], response: dict[str, Any]) ->
         _check_value(key, name, prop, value)
 
 
-def _check_value(key: str, name: str, prop: dict[str, Any], value: Any) -> None:
+def _check_value(key: str, name: str, prop: Any, value: JSONValue) -> None:
+    """``prop``: the property's JSON Schema, read as ``_check_elicit`` reads the schema."""
     where = f"inputResponses[{key!r}].content.{name}"
     declared = prop.get("type")
     if value is None:

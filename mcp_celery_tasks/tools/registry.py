@@ -12,13 +12,14 @@ import inspect
 import os
 import sys
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from mcp_celery_tasks.errors import InvalidParams
+from mcp_celery_tasks.json_types import JSONObject, as_object
 from mcp_celery_tasks.tools.context import TaskContext
 from mcp_celery_tasks.tools.inputs import Elicit
 
@@ -41,7 +42,7 @@ as a task when the request declares the tasks extension, ``required`` only as a 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-AskFirst = Elicit | Callable[[dict[str, Any]], Elicit | None]
+AskFirst = Elicit | Callable[[JSONObject], Elicit | None]
 """A pre-task question, or a function of the call's arguments that returns one (or None)."""
 
 
@@ -61,7 +62,7 @@ class ToolSpec:
     max_attempts: int | None
     input_timeout: float | None = None
     ask_first: dict[str, AskFirst] = field(default_factory=dict)
-    input_schema: dict[str, Any] = field(default_factory=dict)
+    input_schema: JSONObject = field(default_factory=dict)
     time_limit: float | None = None
     soft_time_limit: float | None = None
     memory_limit_mb: int | None = None
@@ -69,7 +70,7 @@ class ToolSpec:
     """Seconds of waiting for input before the job gives its slot back; None: stay resident;
     ``"settings"``: ``Settings.suspend_after_seconds``."""
 
-    def validate_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def validate_arguments(self, arguments: Mapping[str, object]) -> JSONObject:
         """Validate against the input schema; return the JSON-ready arguments to store.
 
         Raises ``InvalidArguments`` naming each problem (an unknown name lists the valid ones).
@@ -81,7 +82,7 @@ class ToolSpec:
             for err in exc.errors(include_url=False):
                 where = ".".join(str(p) for p in err["loc"]) or "arguments"
                 if err["type"] == "extra_forbidden":
-                    valid = ", ".join(self.input_schema.get("properties", {})) or "none"
+                    valid = ", ".join(as_object(self.input_schema.get("properties"))) or "none"
                     problems.append(f"unknown argument {where!r} (this tool takes: {valid})")
                 else:
                     problems.append(f"{where}: {err['msg']}")
@@ -90,7 +91,7 @@ class ToolSpec:
             ) from exc
         return model.model_dump(mode="json", by_alias=True)
 
-    def questions_first(self, arguments: dict[str, Any]) -> dict[str, Elicit]:
+    def questions_first(self, arguments: JSONObject) -> dict[str, Elicit]:
         """The ``ask_first`` questions that apply to these (validated) arguments."""
         questions: dict[str, Elicit] = {}
         for key, entry in self.ask_first.items():
@@ -99,7 +100,7 @@ class ToolSpec:
                 questions[key] = question
         return questions
 
-    def call_kwargs(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def call_kwargs(self, arguments: Mapping[str, object]) -> dict[str, object]:
         """Python values for the stored arguments (re-validated in the worker)."""
         model = self.arguments_model.model_validate(arguments)
         fields = type(model).model_fields
@@ -112,6 +113,7 @@ _REGISTRY: dict[str, ToolSpec] = {}
 def _build(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], str | None]:
     # include_extras: Annotated[float, Field(le=…)] keeps its bounds (else they vanish silently).
     hints = typing.get_type_hints(fn, include_extras=True)
+    # What create_model's ``**field_definitions`` takes (its keyword names are typed too).
     fields: dict[str, Any] = {}
     context_param = None
     for index, param in enumerate(inspect.signature(fn).parameters.values()):
@@ -155,7 +157,7 @@ def tool(
     soft_time_limit: float | None = None,
     memory_limit_mb: int | None = None,
     suspend_after: float | Literal["settings"] | None = "settings",
-    schema_extra: dict[str, Any] | None = None,
+    schema_extra: Mapping[str, object] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -176,7 +178,7 @@ def tool(
     soft_time_limit: float | None = None,
     memory_limit_mb: int | None = None,
     suspend_after: float | Literal["settings"] | None = "settings",
-    schema_extra: dict[str, Any] | None = None,
+    schema_extra: Mapping[str, object] | None = None,
 ) -> F | Callable[[F], F]:
     """Register a function as an MCP tool that runs as a Celery job.
 
@@ -215,7 +217,10 @@ def tool(
         if schema_extra:
             extra = dict(schema_extra)
             properties = {**schema.get("properties", {})}
-            properties.update(extra.pop("properties", None) or {})
+            added = extra.pop("properties", None) or {}
+            if not isinstance(added, Mapping):
+                raise TypeError(f"tool {tool_name!r}: schema_extra's properties must be an object")
+            properties.update(added)
             schema.update(extra)
             if properties:
                 schema["properties"] = properties

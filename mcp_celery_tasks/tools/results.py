@@ -8,15 +8,18 @@ from typing import Any
 from mcp_types import CallToolResult
 from pydantic import BaseModel
 
+from mcp_celery_tasks.json_types import JSONObject
+
 __all__ = ["error_result", "to_call_tool_result"]
 
 
-def _text(text: str) -> dict[str, Any]:
+def _text(text: str) -> JSONObject:
     return {"type": "text", "text": text}
 
 
-def to_call_tool_result(value: Any) -> dict[str, Any]:
-    """A ``CallToolResult`` dict (with ``resultType: "complete"``) for a tool's return value.
+def to_call_tool_result(value: Any) -> JSONObject:
+    """A ``CallToolResult`` as JSON (with ``resultType: "complete"``) for a tool's return value
+    (any value: the tool's to return).
 
     ``str`` becomes one text block; a ``CallToolResult`` passes through; other JSON values
     become ``structuredContent`` with their JSON as text (2026-07-28 allows any JSON value).
@@ -40,6 +43,6 @@ def to_call_tool_result(value: Any) -> dict[str, Any]:
     }
 
 
-def error_result(message: str) -> dict[str, Any]:
+def error_result(message: str) -> JSONObject:
     """A tool-level error: the task still ends ``completed`` (SEP-2663 S-17)."""
     return {"content": [_text(message)], "isError": True, "resultType": "complete"}

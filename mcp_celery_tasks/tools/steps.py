@@ -16,7 +16,7 @@ result is JSON, at most ``max_step_result_bytes``. The worker's implementation i
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, Protocol, TypeVar
@@ -74,7 +74,9 @@ class Checkpoints(Protocol):
 class TaskSteps(Protocol):
     """What a context's ``step`` and ``checkpoint`` stand on (one per job run)."""
 
-    def step(self, name: str, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def step(
+        self, name: str, fn: Callable[..., T], args: tuple[object, ...], kwargs: Mapping[str, object]
+    ) -> Any:
         """Run ``fn(*args, **kwargs)`` and record its result as step ``name``, or return the
         result a previous run recorded (checking that the step comes at the same position)."""
         ...
@@ -86,7 +88,9 @@ class TaskSteps(Protocol):
 class _NoSteps:
     """The steps of a context that runs no task (built by hand in a test): every use says so."""
 
-    def step(self, name: str, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def step(
+        self, name: str, fn: Callable[..., T], args: tuple[object, ...], kwargs: Mapping[str, object]
+    ) -> Any:
         raise self._refusal()
 
     @property

@@ -4,7 +4,7 @@ message. Plain values; the runner decides, the store records."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from mcp_types import jsonrpc as codes
 
@@ -16,8 +16,10 @@ from mcp_celery_tasks.errors import (
     SoftTimeLimitExceeded,
     StepOrderError,
     StepResultError,
+    TaskError,
     ToolError,
 )
+from mcp_celery_tasks.json_types import JSONObject
 
 __all__ = [
     "CANCELLED",
@@ -48,8 +50,9 @@ class Outcome:
     ``retry`` (an outage under the tool, never a result) or ``superseded`` (recorded too late)."""
 
     status: str
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
+    result: JSONObject | None = None
+    """The ``CallToolResult`` to store (``tools.results``)."""
+    error: TaskError | None = None
     message: str | None = None
     kind: str | None = None
     """For admins: why it failed or ended in a tool error (tool_error, crash, mcp_error, …)."""
@@ -89,10 +92,10 @@ def tool_error_kind(exc: ToolError) -> str:
     return "tool_error"
 
 
-def missing_capability(exc: ToolError) -> dict[str, Any] | None:
+def missing_capability(exc: ToolError) -> TaskError | None:
     """Beside the isError result of a tool that asked for an undeclared input kind: the -32021
     a synchronous caller gets instead (a task's client sees the isError result)."""
     if not isinstance(exc, InputNotSupported) or exc.capability is None:
         return None
-    data: dict[str, Any] = {"requiredCapabilities": {exc.capability: {}}}
+    data: JSONObject = {"requiredCapabilities": {exc.capability: {}}}
     return {"code": codes.MISSING_REQUIRED_CLIENT_CAPABILITY, "message": str(exc), "data": data}

@@ -5,16 +5,17 @@ requests). Pure: no store, no broker."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from mcp_celery_tasks.store.records import InputRecord
+from mcp_celery_tasks.json_types import JSONObject
+from mcp_celery_tasks.store.records import InputItem, InputRecord
 
 __all__ = ["Plan", "Requests", "plan_ask"]
 
 _AUTO_KEY = re.compile(r"\d+-[0-9a-f]{16}")
 
-Requests = dict[str, tuple[str, dict[str, Any] | None, str]]
+Requests = Mapping[str, tuple[str, Mapping[str, object] | None, str]]
 """``{key: (method, params, params hash)}``: the input requests of one ask."""
 
 
@@ -23,9 +24,9 @@ class Plan:
     """One ask against what earlier runs recorded: answers to replay, rows to open."""
 
     stored_key: dict[str, str] = field(default_factory=dict)  # the author's key -> the row's key
-    to_open: list[dict[str, Any]] = field(default_factory=list)
+    to_open: list[InputItem] = field(default_factory=list)
     supersede: list[str] = field(default_factory=list)
-    answers: dict[str, Any] = field(default_factory=dict)
+    answers: dict[str, JSONObject] = field(default_factory=dict)
 
     @property
     def pending(self) -> dict[str, str]:
@@ -68,8 +69,8 @@ def plan_ask(requests: Requests, recorded: dict[str, InputRecord]) -> Plan:
         plan.stored_key[key] = new_key
         plan.to_open.append({"key": new_key, "method": method, "params": params, "params_hash": digest})
     plan.answers = {
-        key: recorded[stored].response
+        key: response
         for key, stored in plan.stored_key.items()
-        if stored in recorded and recorded[stored].response is not None
+        if stored in recorded and (response := recorded[stored].response) is not None
     }
     return plan

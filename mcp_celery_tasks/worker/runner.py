@@ -30,21 +30,24 @@ from typing import Any, Protocol
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.errors import (
-    TASKS_EXTENSION,
     InfrastructureError,
     JobSuspended,
     McpError,
     TaskCancelled,
+    TaskError,
     ToolError,
     WorkerStopping,
 )
+from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.lifecycle import ACTIVE, COMPLETED, FAILED
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
+from mcp_celery_tasks.store.row_types import JobState
 from mcp_celery_tasks.tools.context import TaskContext, bind
 from mcp_celery_tasks.tools.registry import ToolSpec, get_tool
 from mcp_celery_tasks.tools.results import error_result, to_call_tool_result
 from mcp_celery_tasks.transient import OUTCOME_WRITE, REQUEUE, Backoff, OutageTooLong, ride_out
+from mcp_celery_tasks.wire import declares_tasks
 from mcp_celery_tasks.worker import claims
 from mcp_celery_tasks.worker.child import in_job, running_tool, worker_identity
 from mcp_celery_tasks.worker.leases import LeaseKeeper
@@ -75,9 +78,9 @@ class JobStore(RuntimeStore, StepStore, Protocol):
 
     def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None: ...
 
-    def job_state(self, job_id: str) -> dict[str, Any] | None: ...
+    def job_state(self, job_id: str) -> JobState | None: ...
 
-    def fail_exhausted(self, job_id: str, error: dict[str, Any], message: str, kind: str = ...) -> bool: ...
+    def fail_exhausted(self, job_id: str, error: TaskError, message: str, kind: str = ...) -> bool: ...
 
     def give_back(self, task_id: str, worker: str) -> bool: ...
 
@@ -87,8 +90,8 @@ class JobStore(RuntimeStore, StepStore, Protocol):
         worker: str,
         status: str,
         *,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
+        result: JSONObject | None = None,
+        error: TaskError | None = None,
         message: str | None = None,
         error_kind: str | None = None,
         error_message: str | None = None,
@@ -191,7 +194,7 @@ class JobRunner:
                 f"The job was handed back {times} times (worker restarts or infrastructure outages) "
                 "without finishing; giving up"
             )
-            error = {"code": codes.INTERNAL_ERROR, "message": message}
+            error: TaskError = {"code": codes.INTERNAL_ERROR, "message": message}
             self._store.fail_exhausted(job_id, error, message, "redeliveries_exhausted")
             return JobOutcome(FAILED)
         return JobOutcome("skipped")
@@ -310,8 +313,7 @@ class JobRunner:
             )
 
     def _context(self, job: ClaimedTask, runtime: Runtime, limits: JobLimits) -> TaskContext:
-        extensions = job.client_capabilities.get("extensions") or {}
-        waits = limits.input_wait_s(task_augmented=TASKS_EXTENSION in extensions)
+        waits = limits.input_wait_s(task_augmented=declares_tasks(job.client_capabilities))
         return TaskContext(
             task_id=job.task_id,
             job_id=job.job_id,
@@ -330,7 +332,7 @@ class JobRunner:
                            replayed=runtime.replayed, new_work=runtime.reached_new_work),
         )  # fmt: skip
 
-    def _bounded(self, result: dict[str, Any]) -> dict[str, Any]:
+    def _bounded(self, result: JSONObject) -> JSONObject:
         size = len(json.dumps(result, separators=(",", ":")))
         if size > self._settings.max_result_bytes:
             limit = self._settings.max_result_bytes
@@ -409,7 +411,7 @@ class _TooLarge(Exception):
     """The tool's result is over ``max_result_bytes``."""
 
 
-def _call(spec: ToolSpec, ctx: TaskContext, arguments: dict[str, Any]) -> Any:
+def _call(spec: ToolSpec, ctx: TaskContext, arguments: Mapping[str, object]) -> Any:
     kwargs = spec.call_kwargs(arguments)
     if spec.context_param:
         kwargs[spec.context_param] = ctx

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from mcp_celery_tasks.errors import (
     InfrastructureError,
@@ -28,7 +28,8 @@ from mcp_celery_tasks.errors import (
     TaskCancelled,
     WorkerStopping,
 )
-from mcp_celery_tasks.store.records import InputRecord
+from mcp_celery_tasks.json_types import JSONObject, JSONValue
+from mcp_celery_tasks.store.records import InputItem, InputRecord
 from mcp_celery_tasks.transient import OUTAGE, Backoff, OutageTooLong, ride_out
 from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import SILENT, JobObserver
@@ -59,7 +60,7 @@ class RuntimeStore(Protocol):
     ) -> bool: ...
 
     def log(
-        self, task_id: str, worker: str, level: str, logger: str | None, data: Any, max_logs: int
+        self, task_id: str, worker: str, level: str, logger: str | None, data: JSONValue, max_logs: int
     ) -> bool: ...
 
     def still_mine(self, task_id: str, worker: str) -> bool: ...
@@ -73,7 +74,7 @@ class RuntimeStore(Protocol):
         task_id: str,
         worker: str,
         inbox: str,
-        items: Sequence[dict[str, Any]],
+        items: Sequence[InputItem],
         supersede: Sequence[str] = (),
         may_suspend: bool = False,
     ) -> bool: ...
@@ -82,7 +83,9 @@ class RuntimeStore(Protocol):
 
     def suspend(self, task_id: str, worker: str) -> bool: ...
 
-    def input_state(self, task_id: str, worker: str, keys: Sequence[str]) -> tuple[bool, dict[str, Any]]: ...
+    def input_state(
+        self, task_id: str, worker: str, keys: Sequence[str]
+    ) -> tuple[bool, dict[str, JSONObject]]: ...
 
     def expire_inputs(self, task_id: str, worker: str, keys: Sequence[str]) -> None: ...
 
@@ -329,7 +332,7 @@ class Runtime:
         if not mine:
             self.mark_lost()
 
-    def log(self, level: str, logger: str | None, data: Any, max_logs: int = 1000) -> None:
+    def log(self, level: str, logger: str | None, data: JSONValue, max_logs: int = 1000) -> None:
         """Record a log message for the task's synchronous caller (the context decided that the
         caller asked for this level). Not recorded past ``max_logs`` or once the task is not ours."""
         try:
@@ -348,7 +351,7 @@ class Runtime:
 
     # ---- input requests --------------------------------------------------------------------
 
-    def ask(self, requests: Requests, timeout_s: float) -> dict[str, Any]:
+    def ask(self, requests: Requests, timeout_s: float) -> dict[str, JSONObject]:
         """Make ``{key: (method, params, hash)}`` outstanding and block until all are answered.
 
         Answers recorded by an earlier run of the same job are returned at once; raises
@@ -417,10 +420,12 @@ class Runtime:
             self.tool_name, redone_s=self._replayed_at - self._started, resumed_s=self._replayed_at - since
         )
 
-    def _wait(self, inbox: InboxWaiter, keys: list[str], deadline: float, timeout_s: float) -> dict[str, Any]:
+    def _wait(
+        self, inbox: InboxWaiter, keys: list[str], deadline: float, timeout_s: float
+    ) -> dict[str, JSONObject]:
         """Block until every one of ``keys`` (row keys) has an answer; the answers by row key."""
 
-        def state() -> tuple[bool, dict[str, Any]]:
+        def state() -> tuple[bool, dict[str, JSONObject]]:
             return self._store.input_state(self.task_id, self.worker, keys)
 
         since = time.monotonic()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from mcp_celery_tasks.errors import (
@@ -24,6 +24,7 @@ from mcp_celery_tasks.errors import (
     StepResultError,
     WorkerStopping,
 )
+from mcp_celery_tasks.json_types import JSONValue
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.step_queries import StepWrite
 from mcp_celery_tasks.telemetry import metrics
@@ -43,7 +44,7 @@ class StepStore(CheckpointRows, Protocol):
 
     def step_index(self, task_id: str) -> list[tuple[int, str]]: ...
 
-    def step_result(self, task_id: str, seq: int) -> Any: ...
+    def step_result(self, task_id: str, seq: int) -> JSONValue: ...
 
     def record_step(self, task_id: str, worker: str, seq: int, name: str, result: str) -> StepWrite: ...
 
@@ -85,7 +86,9 @@ class JobSteps:
     def checkpoint(self) -> Checkpoints:
         return self._checkpoints
 
-    def step(self, name: str, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def step(
+        self, name: str, fn: Callable[..., T], args: tuple[object, ...], kwargs: Mapping[str, object]
+    ) -> Any:
         checked_name(name, "step")
         if self._inside is not None:
             raise ValueError(
@@ -106,12 +109,12 @@ class JobSteps:
                 "steps must run in the same order on every run"
             )
         if recorded_at is not None:
-            value = self._call(
+            recorded = self._call(
                 lambda: self._store.step_result(self._task_id, seq), f"replaying step {name!r}"
             )
             metrics.steps_replayed.labels(self._tool).inc()
             self._replayed()
-            return value
+            return recorded
         self._new_work()
         self._inside = name
         try:

@@ -22,6 +22,7 @@ from mcp_celery_tasks.broker.channel import CircuitBreaker, Publisher
 from mcp_celery_tasks.errors import TooManyWaiting
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore
+from mcp_celery_tasks.store.records import InputItem
 from tests import support
 from tests.integration.conftest import Db
 from tests.integration.test_maintenance import LEASE_S, new_task
@@ -177,7 +178,7 @@ async def test_queue_position_estimates_the_jobs_ahead_round_robin(api: ApiStore
     assert await api.queue_position(carol[9].task_id, cap=5) == (5 + 5 + 1 + 3, True)
 
 
-ITEM = {"key": "k", "method": "elicitation/create", "params": {}, "params_hash": "h"}
+ITEM: InputItem = {"key": "k", "method": "elicitation/create", "params": {}, "params_hash": "h"}
 
 
 async def test_an_input_request_over_the_principal_s_waiting_limit_is_a_tool_error(

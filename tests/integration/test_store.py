@@ -22,7 +22,7 @@ from mcp_types import jsonrpc as codes
 from psycopg.types.json import Jsonb
 
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import ApiStore, NewTask, TaskRecord, WorkerStore, queries
+from mcp_celery_tasks.store import ApiStore, NewTask, TaskError, TaskRecord, WorkerStore, queries
 from tests.integration.conftest import Db
 
 OWNER = "token:alice"
@@ -402,7 +402,7 @@ async def test_finish_after_cancel_is_dropped_and_the_row_keeps_no_result(
 
 async def test_terminal_task_is_never_finished_twice(api: ApiStore, worker_store: WorkerStore) -> None:
     record = await completed(api, worker_store)
-    error = {"code": codes.INTERNAL_ERROR, "message": "second outcome"}
+    error: TaskError = {"code": codes.INTERNAL_ERROR, "message": "second outcome"}
     assert not worker_store.finish(record.task_id, ME, "failed", error=error)
     got = await api.get_task(record.task_id, OWNER)
     assert got is not None
@@ -458,7 +458,7 @@ async def test_exhausted_attempts_refuse_the_claim_and_fail_the_task(
     api: ApiStore, worker_store: WorkerStore, db: Db
 ) -> None:
     record = await running(api, worker_store, max_attempts=1)
-    error = {"code": codes.INTERNAL_ERROR, "message": "started 1 times without finishing"}
+    error: TaskError = {"code": codes.INTERNAL_ERROR, "message": "started 1 times without finishing"}
     # A live lease means someone may still finish it: not exhausted yet.
     assert not worker_store.fail_exhausted(record.job_id, error, "giving up")
     set_columns(db, record.task_id, "lease_until = now() - interval '1 minute'")
@@ -478,7 +478,7 @@ async def test_fail_exhausted_leaves_a_task_with_attempts_left_alone(
 ) -> None:
     record = await running(api, worker_store, max_attempts=2)
     set_columns(db, record.task_id, "lease_until = now() - interval '1 minute'")
-    error = {"code": codes.INTERNAL_ERROR, "message": "nope"}
+    error: TaskError = {"code": codes.INTERNAL_ERROR, "message": "nope"}
     assert not worker_store.fail_exhausted(record.job_id, error, "giving up")
     got = await api.get_task(record.task_id, OWNER)
     assert got is not None and got.status == "working"

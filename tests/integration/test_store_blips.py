@@ -15,7 +15,7 @@ from psycopg_pool import PoolTimeout
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import ApiStore, WorkerStore
+from mcp_celery_tasks.store import ApiStore, TaskError, WorkerStore
 from tests.integration.conftest import Db
 from tests.integration.test_store import LEASE_S, ME, RIVAL, create, new_task, raw_row, running, set_columns
 
@@ -61,7 +61,7 @@ async def test_a_job_given_back_too_often_is_refused_and_failed(
         assert store.claim(record.job_id, ME, LEASE_S) is None
         state = store.job_state(record.job_id)
         assert state is not None and state["redeliveries"] == 2 and state["lease_left_s"] == 0
-        error = {"code": codes.INTERNAL_ERROR, "message": "handed back"}
+        error: TaskError = {"code": codes.INTERNAL_ERROR, "message": "handed back"}
         assert store.fail_exhausted(record.job_id, error, "handed back", "redeliveries_exhausted")
         row = raw_row(db, record.task_id)
         assert (row["status"], row["error_kind"]) == ("failed", "redeliveries_exhausted")

@@ -20,8 +20,10 @@ from psycopg.rows import dict_row
 
 from mcp_celery_tasks import TaskContext, tool
 from mcp_celery_tasks.errors import CheckpointTooLarge
+from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import ApiStore, WorkerStore
+from mcp_celery_tasks.store import ApiStore, TaskError, WorkerStore
+from mcp_celery_tasks.store.records import InputItem
 from mcp_celery_tasks.store.step_queries import CheckpointRecord
 from mcp_celery_tasks.testing import MemoryInbox, MemoryStore
 from mcp_celery_tasks.tools.inputs import ELICIT, elicit_params, params_hash
@@ -143,7 +145,7 @@ def side(request: pytest.FixtureRequest) -> Iterator[Side]:
         postgres.store.close()
 
 
-def question(key: str, text: str = "Go on?") -> dict[str, Any]:
+def question(key: str, text: str = "Go on?") -> InputItem:
     params = elicit_params(text, {"type": "object", "properties": {"ok": {"type": "boolean"}}})
     return {"key": key, "method": ELICIT, "params": params, "params_hash": params_hash(ELICIT, params)}
 
@@ -192,7 +194,7 @@ def test_claim_stops_at_max_attempts(side: Side) -> None:
     assert side.store.claim(job_id, ME, LEASE_S) is not None
     side.lapse_lease(task_id)
     assert side.store.claim(job_id, RIVAL, LEASE_S) is None
-    error = {"code": -32603, "message": "gave up"}
+    error: TaskError = {"code": -32603, "message": "gave up"}
     assert side.store.fail_exhausted(job_id, error, "gave up")
     assert side.row(task_id)["status"] == "failed" and side.row(task_id)["error"] == error
 
@@ -258,7 +260,7 @@ def test_expired_inputs_stop_being_outstanding(side: Side) -> None:
 
 def test_the_outcome_is_recorded_once(side: Side) -> None:
     task_id = claimed(side)
-    result = {"content": [{"type": "text", "text": "done"}], "isError": False}
+    result: JSONObject = {"content": [{"type": "text", "text": "done"}], "isError": False}
     assert side.store.finish(task_id, ME, "completed", result=result)
     assert not side.store.finish(task_id, ME, "failed", error={"code": -32603, "message": "again"})
     assert not side.store.report(task_id, ME, "after the end")

@@ -9,20 +9,21 @@ import pytest
 
 from mcp_celery_tasks.errors import QuotaExceeded
 from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store.row_types import PrincipalLimits
 from mcp_celery_tasks.tasks.quotas import Quotas
 
 
 class Overrides:
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
+    def __init__(self, rows: list[PrincipalLimits]) -> None:
         self.rows = rows
         self.reads = 0
 
-    async def principal_limits(self) -> list[dict[str, Any]]:
+    async def principal_limits(self) -> list[PrincipalLimits]:
         self.reads += 1
         return self.rows
 
 
-def quotas(rows: list[dict[str, Any]] | None = None, **settings: Any) -> Quotas:
+def quotas(rows: list[PrincipalLimits] | None = None, **settings: Any) -> Quotas:
     return Quotas(Settings(**settings), Overrides(rows or []))
 
 
@@ -66,7 +67,9 @@ async def test_requests_in_progress_are_counted_and_released() -> None:
 
 
 async def test_an_override_replaces_only_the_limits_it_sets() -> None:
-    rows = [{"principal": "token:alice", "max_active_tasks": 5000, "creates_per_second": None}]
+    rows: list[PrincipalLimits] = [
+        {"principal": "token:alice", "max_active_tasks": 5000, "creates_per_second": None}
+    ]
     q = quotas(rows, max_active_tasks_per_principal=10, creates_per_second_per_principal=7)
     alice, bob = await q.limits("token:alice"), await q.limits("token:bob")
     assert (alice.max_active_tasks, alice.creates_per_second) == (5000, 7)

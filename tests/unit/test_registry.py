@@ -15,6 +15,7 @@ from pydantic import Field
 
 from mcp_celery_tasks import Mode, TaskContext, tool
 from mcp_celery_tasks.errors import InvalidParams
+from mcp_celery_tasks.json_types import as_object
 from mcp_celery_tasks.tools.registry import InvalidArguments, ToolSpec, all_tools, get_tool
 
 
@@ -29,7 +30,7 @@ def test_input_schema_comes_from_type_hints_with_defaults_and_required() -> None
     def train(dataset: str, epochs: int = 3, rate: float = 0.1, tags: list[str] | None = None) -> str:
         return dataset
 
-    schema = spec("test_input_schema__train").input_schema
+    schema: Any = spec("test_input_schema__train").input_schema
     assert schema["type"] == "object"
     assert schema["required"] == ["dataset"]
     assert schema["properties"]["dataset"] == {"type": "string"}
@@ -58,7 +59,7 @@ def test_task_context_parameter_is_detected_and_left_out_of_the_schema() -> None
 
     found = spec("test_task_context__search")
     assert found.context_param == "context"
-    assert set(found.input_schema["properties"]) == {"query", "limit"}
+    assert set(as_object(found.input_schema["properties"])) == {"query", "limit"}
     assert found.input_schema["required"] == ["query"]
     assert found.call_kwargs({"query": "q"}) == {"query": "q", "limit": 10}
 
@@ -101,7 +102,7 @@ def test_declared_bounds_on_run_time_arguments_are_in_the_schema_and_refuse_huge
         return "spun"
 
     bounded = spec("test_bounds__spin")
-    assert bounded.input_schema["properties"]["seconds"] == {
+    assert as_object(bounded.input_schema["properties"])["seconds"] == {
         "type": "number", "default": 1.0, "minimum": 0, "maximum": 3600
     }  # fmt: skip
     assert bounded.validate_arguments({"seconds": 3600}) == {"seconds": 3600}
@@ -184,7 +185,7 @@ def test_a_parameter_is_never_silently_dropped_from_the_schema(fn: Callable[...,
     except (TypeError, ValueError):
         return  # refusing such a name at registration is an acceptable answer too
     found = spec(name)
-    assert param in found.input_schema.get("properties", {})
+    assert param in as_object(found.input_schema.get("properties"))
     assert found.validate_arguments({param: "t"}) == {param: "t"}
     assert found.call_kwargs({param: "t"}) == {param: "t"}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel
@@ -29,7 +30,7 @@ def test_none_becomes_empty_content() -> None:
 
 def test_dict_becomes_structured_content_with_its_json_as_text() -> None:
     value = {"rows": 3, "names": ["é", "b"]}
-    result = to_call_tool_result(value)
+    result: Any = to_call_tool_result(value)  # read by path
     assert result["structuredContent"] == value
     assert result["isError"] is False
     assert result["resultType"] == "complete"
@@ -40,13 +41,13 @@ def test_dict_becomes_structured_content_with_its_json_as_text() -> None:
 
 
 def test_list_becomes_structured_content() -> None:
-    result = to_call_tool_result([1, 2, 3])
+    result: Any = to_call_tool_result([1, 2, 3])
     assert result["structuredContent"] == [1, 2, 3]
     assert json.loads(result["content"][0]["text"]) == [1, 2, 3]
 
 
 def test_pydantic_model_becomes_its_json_dump() -> None:
-    result = to_call_tool_result(Report(accuracy=0.9, labels=["cat"]))
+    result: Any = to_call_tool_result(Report(accuracy=0.9, labels=["cat"]))
     assert result["structuredContent"] == {"accuracy": 0.9, "labels": ["cat"]}
     assert json.loads(result["content"][0]["text"]) == {"accuracy": 0.9, "labels": ["cat"]}
 

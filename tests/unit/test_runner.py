@@ -14,6 +14,7 @@ import pytest
 
 from mcp_celery_tasks import McpError, TaskCancelled, TaskContext, ToolError, tool
 from mcp_celery_tasks.errors import TASKS_EXTENSION, InfrastructureError
+from mcp_celery_tasks.json_types import as_array, as_object
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
 from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, Row
@@ -208,7 +209,7 @@ def run(store: MemoryStore, observer: Recorder, name: str, **settings: Any) -> t
 
 def text_of(row: Row) -> str:
     assert row.result is not None
-    return str(row.result["content"][0]["text"])
+    return str(as_object(as_array(row.result["content"])[0])["text"])
 
 
 # ---- claim refused ---------------------------------------------------------------------------------

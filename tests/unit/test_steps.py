@@ -22,6 +22,7 @@ from mcp_celery_tasks.errors import (
     ToolError,
     WorkerStopping,
 )
+from mcp_celery_tasks.json_types import as_array, as_object
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.telemetry import metrics
 from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, Row, run_tool
@@ -146,7 +147,7 @@ def runs(
 
 def text_of(row: Row) -> str:
     assert row.result is not None
-    return str(row.result["content"][0]["text"])
+    return str(as_object(as_array(row.result["content"])[0])["text"])
 
 
 # ---- steps --------------------------------------------------------------------------------------
@@ -314,7 +315,7 @@ def test_a_directory_checkpoint_save_sweeps_what_a_killed_save_left(tmp_path: Pa
     runner = JobRunner(store, settings, lambda: MemoryInbox())
     runner.run(row.job_id)
     assert row.result is not None and not row.result["isError"], row.result
-    left = row.result["structuredContent"]
+    left: Any = row.result["structuredContent"]
     left = left["result"] if isinstance(left, dict) else left
     assert left[0] == "a_b" and left[1].startswith("a_b-") and left[2:] == ["state"], left
 
@@ -346,7 +347,7 @@ def test_train_model_resumes_after_its_last_checkpoint_and_trains_as_if_never_st
     assert row.status == "working" and row.redeliveries == 1
     runner.run(row.job_id)
     assert row.result is not None and not row.result["isError"], row.result
-    resumed = row.result["structuredContent"]
+    resumed: Any = row.result["structuredContent"]
     assert resumed["resumed_after_epoch"] == 3 and whole.structured["resumed_after_epoch"] == 0
     for key in ("final_loss", "losses", "accuracy"):
         assert resumed[key] == whole.structured[key]

@@ -194,10 +194,10 @@ def show_task(ref: RefArg, as_json: JsonOpt = False) -> None:
         steps, checkpoints = store.admin_durables(task_id)
     if found is None:  # purged in between
         fail(f"no task or job {ref!r}", EXIT_NOT_FOUND)
-    row, inputs = found
+    row, inputs = dict(found[0]), found[1]
     if row["status"] == "working" and row.get("dispatched_at") is None:
         with friendly_errors(settings):
-            position = store.queue_position(row["task_id"])
+            position = store.queue_position(str(row["task_id"]))
         if position is not None:
             row["place_in_line"] = f"{position[0]}{'+' if position[1] else ''} jobs ahead (fair backlog)"
     if as_json:
@@ -219,7 +219,7 @@ def show_task(ref: RefArg, as_json: JsonOpt = False) -> None:
     for saved in checkpoints:
         console.print(
             f"checkpoint {saved['name']!r} ({saved['size']} bytes in {saved['storage']}, "
-            f"sha256 {saved['sha256'][:12]}…, saved {fmt(saved['saved_at'])})"
+            f"sha256 {str(saved['sha256'])[:12]}…, saved {fmt(saved['saved_at'])})"
         )
 
 
