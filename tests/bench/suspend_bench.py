@@ -144,6 +144,7 @@ def main() -> int:
             "MCP_TASKS_TOOL_MODULES": tools,
             "MCP_TASKS_SUSPEND_AFTER_SECONDS": "0",
             "MCP_TASKS_MAX_SUSPENDED_PER_PRINCIPAL": "0",
+            "MCP_TASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL": "0",
             "MCP_TEST_SUSPEND_MARKS": str(marks),
         },
     )
