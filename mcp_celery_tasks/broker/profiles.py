@@ -157,6 +157,19 @@ def profile_for(broker_url: str | None) -> BrokerProfile:
     return BrokerProfile._registry.get(scheme, BrokerProfile)()
 
 
+def _job_of(message: Any) -> str:
+    """The job id of an unrestored message: kombu 5.6 passes ``message.serializable()`` dicts,
+    5.5 the messages themselves."""
+    if not isinstance(message, dict):
+        serializable = getattr(message, "serializable", None)
+        if callable(serializable):
+            with contextlib.suppress(Exception):
+                message = serializable()
+    if isinstance(message, dict):
+        return str((message.get("headers") or {}).get("id", "?"))
+    return "?"
+
+
 def keep_emergency_dumps_out() -> None:
     """No kombu "emergency dump" files in the temporary folder (issue 28).
 
@@ -170,10 +183,7 @@ def keep_emergency_dumps_out() -> None:
 
 
 def _log_unrestored(state: Any, open_file: Any = None, dump: Any = None, stderr: Any = None) -> None:
-    jobs = [
-        str((message.get("headers") or {}).get("id", "?")) if isinstance(message, dict) else "?"
-        for message in state or ()
-    ]
+    jobs = [_job_of(message) for message in state or ()]
     logging.getLogger("mcp_celery_tasks.channel").warning(
         "the broker connection was lost with %d unacknowledged messages that could not be put "
         "back (jobs %s); the sweeper publishes their jobs again",
