@@ -28,11 +28,13 @@ IN_CI = os.environ.get("CI") == "true"
 _embedded: contextlib.ExitStack | None = None
 
 
-SERIAL_DIRECTORIES = ("faults", "conformance")
-"""Marked ``serial`` whole (scripts/test runs them alone, after the parallel pass). The fault
-suite restarts its services and kills process groups under load, and asserts recovery within
-seconds; the conformance runner's scenarios wait on a 5 s question timeout. Both measure time,
-which another worker's load on 2 cores would stretch."""
+PAIRED_DIRECTORIES = ("faults", "conformance")
+"""Marked ``paired`` whole: scripts/test runs them after the parallel pass, two files at a time.
+The fault suite restarts its own embedded services and kills process groups, and asserts recovery
+within seconds; the conformance runner's scenarios wait on a 5 s question timeout. Both mostly
+wait (on restarts, leases, timeouts) rather than compute, so two of them side by side keep their
+clocks; beside the CPU-bound parallel pass, or beside a ``serial`` test's hostile tools, they
+would not."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -58,8 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tests = support.ROOT / "tests"
     for item in items:
-        if item.path.is_relative_to(tests) and item.path.relative_to(tests).parts[0] in SERIAL_DIRECTORIES:
-            item.add_marker(pytest.mark.serial)
+        if item.path.is_relative_to(tests) and item.path.relative_to(tests).parts[0] in PAIRED_DIRECTORIES:
+            item.add_marker(pytest.mark.paired)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
