@@ -242,7 +242,9 @@ class TaskService:
             client_capabilities=ctx.meta.client_capabilities,
             client_info=ctx.meta.client_info,
             preflight=preflight,
-            session_id=ctx.session_id,
+            # A 2025-11-25 session lists the tasks it asked for; a plain (synchronous) call runs
+            # as a row too, but the client never saw a task, so it stays out of tasks/list.
+            session_id=ctx.session_id if as_task else None,
             log_level=None if as_task else log_level,  # never logs on a task (S-53)
         )
 

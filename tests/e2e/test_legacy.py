@@ -175,6 +175,17 @@ def test_tasks_list_never_shows_another_clients_tasks(legacy: Legacy, stack: Sta
     other.http.close()
 
 
+def test_tasks_list_leaves_out_plain_synchronous_calls(legacy: Legacy) -> None:
+    # A plain tools/call runs as a row too; the TypeScript SDK listed 8 "tasks" where it made 4.
+    synchronous = legacy.call("tools/call", {"name": "noop", "arguments": {}})["result"]
+    assert synchronous["content"][0]["text"] == "ok"
+    created = legacy.call("tools/call", {"name": "noop", "arguments": {}, "task": {}})["result"]["task"]
+    again = legacy.call("tools/call", {"name": "noop", "arguments": {}})["result"]
+    assert again["content"][0]["text"] == "ok"
+    # A fresh session: exactly the one task it asked for, not the three rows it caused.
+    assert [t["taskId"] for t in legacy.call("tasks/list")["result"]["tasks"]] == [created["taskId"]]
+
+
 def test_a_progress_token_in_meta_is_accepted(legacy: Legacy) -> None:
     reply = legacy.call("tools/call", {"name": "noop", "arguments": {}, "_meta": {"progressToken": "p-1"}})
     assert reply["result"]["content"][0]["text"] == "ok"
