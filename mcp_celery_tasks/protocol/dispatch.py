@@ -125,6 +125,14 @@ async def _dispatch(services: Services, body: JSONValue, headers: Headers, princ
     if "id" not in body:
         # notifications/cancelled MUST NOT cancel tasks (SEP-2663); nothing else is expected.
         return Reply(202, None)
+    if _sessionless_legacy(params, headers):
+        # 2025-11-25 Streamable HTTP: a server that requires a session answers a request without
+        # one (other than initialize) with 400 Bad Request; the 2026-07-28 header errors would
+        # send such a client looking for an Mcp-Method header its revision does not know.
+        raise InvalidRequest(
+            "Bad Request: no Mcp-Session-Id header. A 2025-11-25 client sends initialize first, "
+            "then its session id; a 2026-07-28 request carries Mcp-Method and params._meta"
+        )
     _check_method_header(name, headers)
     method = methods.lookup(methods.MODERN, name)
     if method is None:
@@ -135,6 +143,16 @@ async def _dispatch(services: Services, body: JSONValue, headers: Headers, princ
     meta = _meta(params, headers)
     ctx = RequestContext(principal, meta, request_id=request_id, accepts_sse=headers.accepts_sse)
     return await _call(services, method, ctx, params, server_info=services.server_info)
+
+
+def _sessionless_legacy(params: JSONObject, headers: Headers) -> bool:
+    """A request of the handshake era (a 2025-11-25 or older version header, or none) with no
+    session, no ``Mcp-Method`` header and no 2026-07-28 ``_meta``: nothing marks it as modern."""
+    meta = params.get("_meta")
+    if isinstance(meta, dict) and "io.modelcontextprotocol/protocolVersion" in meta:
+        return False
+    version = headers.protocol_version
+    return headers.method is None and (version is None or version in LEGACY_VERSIONS)
 
 
 async def _legacy(

@@ -186,6 +186,20 @@ def test_tasks_list_leaves_out_plain_synchronous_calls(legacy: Legacy) -> None:
     assert [t["taskId"] for t in legacy.call("tasks/list")["result"]["tasks"]] == [created["taskId"]]
 
 
+def test_a_request_without_its_session_is_told_to_initialize(legacy: Legacy) -> None:
+    # Not the 2026-07-28 "-32020 Missing Mcp-Method": a header this revision does not know.
+    for message in (
+        {"method": "tools/list", "params": {}},
+        {"method": "tools/call", "params": {"name": "noop"}},
+    ):
+        reply = legacy.post(message)  # MCP-Protocol-Version 2025-11-25, no Mcp-Session-Id
+        body = parse_body(reply)
+        assert reply.status_code == 400 and body["error"]["code"] == codes.INVALID_REQUEST, body
+        assert "Mcp-Session-Id" in body["error"]["message"] and "initialize" in body["error"]["message"]
+    # With its session the same request is served.
+    assert "tools" in legacy.call("tools/list")["result"]
+
+
 def test_a_progress_token_in_meta_is_accepted(legacy: Legacy) -> None:
     reply = legacy.call("tools/call", {"name": "noop", "arguments": {}, "_meta": {"progressToken": "p-1"}})
     assert reply["result"]["content"][0]["text"] == "ok"
