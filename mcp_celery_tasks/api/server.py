@@ -73,6 +73,25 @@ def _origin_allowed(origin: str, settings: Settings) -> bool:
         return False
 
 
+_ANSWER_TYPES = frozenset({"*/*", "application/*", "application/json", "text/*", "text/event-stream"})
+
+
+def _acceptable(accept: str | None) -> bool:
+    """Whether an ``Accept`` header admits a JSON or an SSE answer. Streamable HTTP has the
+    client list both; a header that names neither (``text/html``: a browser, a crawler) gets
+    406, while a missing header means anything (RFC 9110 §12.5.1) and a client that lists only
+    ``application/json`` is still served: the call then waits for its answer instead of
+    streaming. A type refused with ``q=0`` does not count."""
+    if accept is None or not accept.strip():
+        return True
+    for item in accept.split(","):
+        media, *parameters = (part.strip().lower() for part in item.split(";"))
+        refused = any(p.replace(" ", "") in ("q=0", "q=0.0", "q=0.00", "q=0.000") for p in parameters)
+        if media in _ANSWER_TYPES and not refused:
+            return True
+    return False
+
+
 SSE_COMMIT_S = 2.0
 """A synchronous call that settles within this is answered as plain JSON with its own HTTP
 status (-32021: 400); only a longer one commits to an SSE stream and 200. Shorter than any
@@ -155,6 +174,9 @@ class _McpPost:
         origin = headers.get("origin")
         if origin is not None and not _origin_allowed(origin, self.settings):
             return _error(403, InvalidRequest("Origin not allowed"))
+        if not _acceptable(headers.get("accept")):
+            refused = InvalidRequest("Not Acceptable: accept application/json and text/event-stream")
+            return _error(406, refused)
         authorization = headers.get("authorization")
         try:
             if authorization and authorization.count(".") == 2 and self.settings.jwt_jwks_url:

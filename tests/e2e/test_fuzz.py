@@ -49,8 +49,8 @@ from tests.support import TASKS_EXT, VERSION, Stack, meta, wait_until
 
 # ---- the contract --------------------------------------------------------------------------------
 
-ALLOWED_STATUS = frozenset({200, 202, 400, 401, 403, 404, 405, 413, 503})
-PRE_PARSE_STATUS = frozenset({401, 403, 413})  # answered before the body is read: id null
+ALLOWED_STATUS = frozenset({200, 202, 400, 401, 403, 404, 405, 406, 413, 503})
+PRE_PARSE_STATUS = frozenset({401, 403, 406, 413})  # answered before the body is read: id null
 KNOWN_METHODS = (
     "server/discover",
     "tools/list",
@@ -1048,9 +1048,12 @@ def _as_bytes(value: str | bytes) -> bytes:
 
 
 def routing_verdict(body: dict[str, Any], headers: Headers, expected: tuple[int, int]) -> tuple[int, int]:
-    """Mcp-Method, then Mcp-Name, then MCP-Protocol-Version, as Streamable HTTP 2026-07-28 orders them."""
+    """Origin, Accept, then Mcp-Method, Mcp-Name and MCP-Protocol-Version, as Streamable HTTP
+    2026-07-28 orders the headers."""
     if expected[0] == 403:
         return 403, codes.INVALID_REQUEST
+    if headers.get("Accept") in ("text/html", "garbage"):  # names neither JSON nor SSE
+        return 406, codes.INVALID_REQUEST
     method, params = body["method"], body["params"]
     sent_method = headers.get("Mcp-Method")
     if sent_method is None or _as_bytes(sent_method).decode("latin-1").strip() != method:

@@ -304,6 +304,22 @@ def test_loopback_origin_is_accepted(client: Client) -> None:
     assert reply.result["tools"]
 
 
+@pytest.mark.parametrize(
+    "accept", ["text/html", "text/html,application/xhtml+xml;q=0.9", "application/json;q=0"]
+)
+def test_an_accept_header_that_names_neither_json_nor_sse_is_406(client: Client, accept: str) -> None:
+    body, headers = envelope("tools/list")
+    headers["Accept"] = accept
+    response = post(client, body, headers)
+    assert response.status_code == 406, response.text
+    assert response.json()["error"]["code"] == codes.INVALID_REQUEST
+    for served in ("*/*", "application/*", "text/event-stream;q=0.5, text/html"):
+        headers["Accept"] = served
+        assert post(client, body, headers).status_code == 200, served
+    del headers["Accept"]  # no header: anything is acceptable (RFC 9110)
+    assert post(client, body, headers).status_code == 200
+
+
 # ---- tools/call ----------------------------------------------------------------------------
 
 
