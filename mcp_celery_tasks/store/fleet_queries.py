@@ -61,23 +61,30 @@ DELETE FROM mcp_workers WHERE expires_at < now() - %(kept_s)s * interval '1 seco
 """
 
 # ``tasks workers``: every row (live first), with what each runs now: the active tasks whose
-# ``worker`` identity (``host:pid:nonce``) is one of the row's processes on its host.
+# ``worker`` identity (``host:pid:nonce``) is one of the row's processes on its host. One pass over
+# the claimed active rows, hashed against every worker's (host, pid) pairs (materialized: else the
+# planner re-reads the active rows once per worker).
 WORKERS: Final[LiteralString] = f"""
+WITH procs AS MATERIALIZED (
+    SELECT w.node, w.hostname, p.pid::text AS pid
+    FROM mcp_workers w CROSS JOIN LATERAL unnest(w.pids || w.pid) AS p(pid)
+    WHERE w.kind = 'worker'
+), claimed AS MATERIALIZED (
+    SELECT split_part(t.worker, ':', 1) AS hostname, split_part(t.worker, ':', 2) AS pid,
+           jsonb_build_object('job_id', t.job_id, 'tool', t.tool_name, 'status', t.status,
+                              'queue', t.queue, 'since', t.started_at) AS job, t.started_at
+    FROM mcp_tasks t
+    WHERE t.status IN {ACTIVE_SQL} AND t.worker IS NOT NULL
+), jobs AS (
+    SELECT procs.node, jsonb_agg(claimed.job ORDER BY claimed.started_at) AS jobs
+    FROM claimed JOIN procs USING (hostname, pid)
+    GROUP BY procs.node
+)
 SELECT w.node, w.kind, w.hostname, w.pid, w.queues, w.slots, w.devices, w.version, w.pool,
        w.started_at, w.heartbeat_at, w.expires_at, w.expires_at > now() AS alive,
        EXTRACT(EPOCH FROM now() - w.heartbeat_at)::float AS heartbeat_age_s,
-       COALESCE(j.jobs, '[]'::jsonb) AS jobs
-FROM mcp_workers w
-LEFT JOIN LATERAL (
-    SELECT jsonb_agg(jsonb_build_object('job_id', t.job_id, 'tool', t.tool_name, 'status', t.status,
-                                        'queue', t.queue, 'since', t.started_at)
-                     ORDER BY t.started_at) AS jobs
-    FROM mcp_tasks t
-    WHERE t.status IN {ACTIVE_SQL} AND t.worker IS NOT NULL AND w.kind = 'worker'
-      AND split_part(t.worker, ':', 1) = w.hostname
-      AND split_part(t.worker, ':', 2) ~ '^[0-9]{{1,9}}$'
-      AND split_part(t.worker, ':', 2)::int = ANY (w.pids || w.pid)
-) j ON true
+       COALESCE(jobs.jobs, '[]'::jsonb) AS jobs
+FROM mcp_workers w LEFT JOIN jobs ON jobs.node = w.node
 WHERE %(all)s OR w.expires_at > now()
 ORDER BY w.expires_at > now() DESC, w.kind DESC, w.node
 """
