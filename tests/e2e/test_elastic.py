@@ -189,3 +189,48 @@ def test_two_workers_register_a_killed_one_drops_out_and_a_stopped_one_deregiste
             api.stop()
         first.stop(signal.SIGQUIT, timeout=20)
         second.kill()
+
+
+def test_a_pod_told_to_stop_gives_its_job_back_without_using_an_attempt(db_url: str) -> None:
+    # What Kubernetes does at a scale-down: SIGTERM to the container's main process (the worker's
+    # main process, not its group), REMAP_SIGTERM=SIGQUIT as in deploy/k8s, a short soft shutdown.
+    env = stack_env(db_url, REDIS_URL, "eg" + db_url.rsplit("_", 1)[-1], REMAP_SIGTERM="SIGQUIT",
+                    MCP_TASKS_WORKER_SOFT_SHUTDOWN_SECONDS="1", **FAST)  # fmt: skip
+    leaving = start_worker("elastic-leaving", env, concurrency=1)
+    api: Proc | None = None
+    staying: Proc | None = None
+    try:
+        api, url = start_api("elastic-stop-api", env)
+        client = Client(url)
+        client.wait_status(client.start("noop"), timeout=60)
+        task_id = client.start("spin", {"seconds": 4})
+        wait_until(lambda: _row(db_url, task_id)["worker"], 30, 0.05, what="the job to start")
+        started = time.monotonic()
+        os.kill(leaving.popen.pid, signal.SIGTERM)
+        leaving.popen.wait(30)
+        assert time.monotonic() - started < 15  # well inside the pod's grace period
+        row = _row(db_url, task_id)
+        assert (row["status"], row["worker"], row["attempts"], row["redeliveries"]) == (
+            "working",
+            None,
+            0,
+            1,
+        ), row
+        staying = start_worker("elastic-staying", env, concurrency=1)
+        done = client.wait_status(task_id, timeout=60)
+        assert done["status"] == "completed" and not done["result"].get("isError"), done
+        assert _row(db_url, task_id)["attempts"] == 1  # the run that finished is the only attempt
+        client.close()
+    finally:
+        if api is not None:
+            api.stop()
+        leaving.kill()
+        if staying is not None:
+            staying.stop(signal.SIGQUIT, timeout=20)
+
+
+def _row(database_url: str, task_id: str) -> dict[str, Any]:
+    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+        row = conn.execute("SELECT * FROM mcp_tasks WHERE task_id = %s", (task_id,)).fetchone()
+    assert row is not None
+    return row
