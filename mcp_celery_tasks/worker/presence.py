@@ -97,17 +97,19 @@ class Presence:
         return registered
 
     def start(self) -> None:
-        """Beat now (in the caller: a worker is listed once it is ready), then on a thread."""
-        self.beat()
+        """Beat at once, then every interval, on a thread of its own: a database that is slow to
+        answer never delays the worker's consumer."""
         self._thread = threading.Thread(target=self._loop, name="mcp-heartbeat", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self._interval_s):
+        while True:
             try:
                 self.beat()
             except Exception:
                 logger.exception("worker registry: heartbeat failed")  # the next one tries again
+            if self._stop.wait(self._interval_s):
+                return
 
     def stop(self) -> None:
         """Stop beating and delete this process's row (best effort: it expires anyway)."""

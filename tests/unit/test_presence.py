@@ -172,3 +172,21 @@ async def test_the_gauges_follow_the_view_and_a_queue_that_empties_goes_to_zero(
     assert sample("mcp_demand_sample_failures_total") == failures + 1
     assert sample("mcp_queue_demand_slots", queue="u-gpu") == 1  # the last value stays
     assert store.queries == 4  # one query per sample, never one per scrape
+
+
+def test_tasks_workers_shows_each_worker_its_jobs_and_the_demand() -> None:
+    from rich.console import Console
+
+    from mcp_celery_tasks.cli.admin.workers import workers_view
+
+    jobs = [{"job_id": "j1", "tool": "train", "status": "working"}, {"job_id": "j2", "tool": "train"},
+            {"job_id": "j3", "tool": "search"}]  # fmt: skip
+    live = {"node": "gpu@pod-a", "kind": "worker", "hostname": "pod-a", "queues": ["gpu"], "slots": 4,
+            "pool": "prefork", "version": "0.1.0", "devices": None, "started_at": None, "alive": True,
+            "heartbeat_age_s": 3.0, "jobs": jobs}  # fmt: skip
+    dead = {**live, "node": "gpu@pod-b", "alive": False, "heartbeat_age_s": 300.0, "jobs": []}
+    console = Console(record=True, width=250)
+    console.print(workers_view([live, dead], [row("gpu", 3, running=3, worker_slots=4, slots_available=1)]))
+    text = console.export_text()
+    assert "3: search, train x2" in text and "3s ago" in text and "5m ago (dead)" in text
+    assert "gpu@pod-b" in text and "demand per queue" in text
