@@ -91,7 +91,7 @@ def test_demand_rises_and_falls_with_mixed_work_and_leaves_suspended_tasks_out(
         wait_until(lambda: counts(db_url, queue)["worker_slots"] == 2, 20, 0.1, what="the worker's slots")
         assert counts(db_url, queue)["demand_slots"] == 0
 
-        sleeps = [client.start("sleep_ms", {"ms": 1200}) for _ in range(6)]
+        sleeps = [client.start("sleep_ms", {"ms": 2000}) for _ in range(6)]
         asks = []
         for tag in ("x", "y"):
             params = {
