@@ -313,8 +313,14 @@ class ApiStore:
         return int(rows[0]["used"]), int(rows[0]["max"])
 
     async def queue_demand(self) -> list[DemandRow]:
-        """``mcp_queue_demand``, every queue (the demand gauges' one query per interval)."""
-        return await self._rows(fleet_queries.DEMAND, {}, typed_rows(DemandRow))
+        """``mcp_queue_demand``, every queue (the demand gauges' one query per interval). A view not
+        migrated yet is as unusable as a database that is down (InfrastructureError)."""
+        try:
+            return await self._rows(fleet_queries.DEMAND, {}, typed_rows(DemandRow))
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InsufficientPrivilege) as exc:
+            raise InfrastructureError(
+                "mcp_queue_demand cannot be read (run mcp-celery-tasks migrate)"
+            ) from exc
 
     async def schema_revision(self) -> str | None:
         """The applied migration (raises InfrastructureError when Postgres is unreachable)."""

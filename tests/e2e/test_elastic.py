@@ -182,6 +182,22 @@ def test_two_workers_register_a_killed_one_drops_out_and_a_stopped_one_deregiste
         dead = [row for row in workers(db_url, include_dead=True) if not row["alive"]]
         assert [row["node"] for row in dead] == [second_node]
 
+        # The registry out of reach (here: its table renamed away, as before a migration): one
+        # warning line, the jobs run on, and the worker registers again once it is back.
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE mcp_workers RENAME TO mcp_workers_away")
+        wait_until(lambda: "heartbeat failed" in first.log.read_text(), 10, 0.1, what="the warning")
+        client = Client(url)
+        assert client.wait_status(client.start("noop"), timeout=30)["status"] == "completed"
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM mcp_workers_away")
+            conn.execute("ALTER TABLE mcp_workers_away RENAME TO mcp_workers")
+        wait_until(
+            lambda: counts(db_url, queue)["workers"] == 1, 10, 0.1, what="the worker to register again"
+        )
+        assert first.log.read_text().count("heartbeat failed") == 1  # once per outage, not per beat
+        client.close()
+
         first.stop(signal.SIGTERM, timeout=30)  # a warm shutdown deletes its row
         assert [row["node"] for row in workers(db_url)] == []
     finally:
