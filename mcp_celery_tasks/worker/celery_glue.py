@@ -28,6 +28,7 @@ from celery.worker import state as worker_state
 from mcp_celery_tasks.broker import channel
 from mcp_celery_tasks.broker.celery_app import (
     COLLECT_GARBAGE,
+    OUR_APP,
     RUN_TOOL,
     SWEEP,
     beat_schedule,
@@ -299,7 +300,7 @@ def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> Non
         presence = Presence(store, settings, _snapshot(sender))
         presence.start()
         presences.append(presence)
-        if not settings.celery_app:  # a team's own app may consume queues of its own tasks
+        if app.main == OUR_APP:  # a team's own app consumes queues of its own tasks too
             _warn_unrouted(app, settings, _consumed(sender))
 
     @signals.worker_shutdown.connect(weak=False)
