@@ -12,7 +12,8 @@ RUN pip install --no-cache-dir ".[examples]" flower && rm -rf /src
 WORKDIR /app
 COPY workers ./workers
 ENV PYTHONPATH=/app
-# /srv/mcp/models belongs to mcp so that a fresh named volume mounted there is writable.
-RUN useradd --create-home mcp && install -d -o mcp -g mcp /srv/mcp/files /srv/mcp/models
+# /srv/mcp/models belongs to mcp so that a fresh named volume mounted there is writable; the uid is
+# fixed (1000) for Kubernetes' runAsUser (deploy/k8s: runAsNonRoot needs a numeric user).
+RUN useradd --uid 1000 --create-home mcp && install -d -o mcp -g mcp /srv/mcp/files /srv/mcp/models
 USER mcp
 ENTRYPOINT ["mcp-celery-tasks"]

@@ -390,6 +390,15 @@ class Settings(BaseSettings):
     worker_soft_shutdown_seconds: float = 20.0
     """On a cold shutdown running jobs get this long before they are requeued; keep it below
     the stop grace period of your process manager."""
+    worker_heartbeat_seconds: float = Field(default=10.0, gt=0)
+    """How often a worker's main process refreshes its row in the worker registry
+    (``mcp_workers``: node, queues, slots, devices, version)."""
+    worker_heartbeat_timeout_seconds: float = Field(default=60.0, gt=0)
+    """A worker whose heartbeat is this old counts as dead: it leaves ``tasks workers`` and the
+    slots of ``mcp_queue_demand``. Keep it a few heartbeats long."""
+    demand_interval_seconds: float = Field(default=15.0, ge=0)
+    """How often each API process reads ``mcp_queue_demand`` into the ``mcp_queue_*`` gauges (one
+    query per interval, not per scrape); 0: no demand gauges."""
 
     @classmethod
     def settings_customise_sources(

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 
+from mcp_celery_tasks.api.demand import DemandGauges
 from mcp_celery_tasks.backlog.publisher import FairPublisher
 from mcp_celery_tasks.broker.celery_app import default_queue, load_app
 from mcp_celery_tasks.broker.channel import CircuitBreaker, Publisher
@@ -25,7 +26,7 @@ from mcp_celery_tasks.store import ApiStore, WorkerStore
 from mcp_celery_tasks.tasks.events import TaskEvents
 from mcp_celery_tasks.tasks.service import TaskService
 from mcp_celery_tasks.telemetry import tracing
-from mcp_celery_tasks.tools.registry import load_tool_modules
+from mcp_celery_tasks.tools.registry import all_tools, load_tool_modules
 
 __all__ = ["SERVER_VERSION", "running"]
 
@@ -63,15 +64,28 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
     fair.start()
     if not settings.secret_keys:
         logger.warning("MCP_TASKS_SECRET_KEYS is not set: MRTR request states only open in this process")
-    tasks = TaskService(settings, store, events, fair, default_queue(celery, settings))
+    queue = default_queue(celery, settings)
+    tasks = TaskService(settings, store, events, fair, queue)
+    demand = _start_demand_gauges(store, settings, queue)
     try:
         yield Services(settings, tasks, store, events, fair, Sealer(settings.secret_keys), SERVER_VERSION)
     finally:
+        if demand is not None:
+            demand.cancel()
         await events.stop()
         await asyncio.to_thread(fair.stop)
         await asyncio.to_thread(publisher.stop)
         await asyncio.to_thread(marker.close)
         await store.close()
+
+
+def _start_demand_gauges(store: ApiStore, settings: Settings, default: str) -> asyncio.Task[None] | None:
+    """The ``mcp_queue_*`` gauges, sampled by this process (off with metrics or a 0 interval)."""
+    if not settings.metrics_enabled or settings.demand_interval_seconds <= 0:
+        return None
+    routed = {spec.queue or default for spec in all_tools()} | {settings.maintenance_queue}
+    gauges = DemandGauges(store, settings.demand_interval_seconds, routed)
+    return asyncio.create_task(gauges.run(), name="mcp-demand-gauges")
 
 
 async def _check_connection_budget(store: ApiStore, settings: Settings) -> None:

@@ -23,6 +23,7 @@ from mcp_celery_tasks.tools.registry import load_tool_modules
 
 __all__ = [
     "COLLECT_GARBAGE",
+    "OUR_APP",
     "RUN_TOOL",
     "SWEEP",
     "beat_schedule",
@@ -33,12 +34,14 @@ __all__ = [
 ]
 
 COLLECT_GARBAGE = "mcp_celery_tasks.collect_garbage"
+OUR_APP = "mcp_celery_tasks"
+"""The ``main`` name of the app ``create_app`` builds (a team's own app has its own)."""
 SWEEP = "mcp_celery_tasks.sweep"
 
 
 def create_app(settings: Settings) -> Celery:
     """A configured Celery app with no task bodies (publishing, beat, inspection)."""
-    app = Celery("mcp_celery_tasks", broker=settings.broker_url, set_as_current=False)
+    app = Celery(OUR_APP, broker=settings.broker_url, set_as_current=False)
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,

@@ -231,7 +231,7 @@ def migrate(
         bool,
         typer.Option(
             "--roles",
-            help="Also create the group roles mcp_tasks_api, _worker, _maintenance and _admin "
+            help="Also create the group roles mcp_tasks_api, _worker, _maintenance, _admin and _autoscaler "
             "and grant each only what it uses (see the README's Database roles)",
         ),
     ] = False,

@@ -17,8 +17,9 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import _rows, admin_queries, backlog, queries, session_queries
+from mcp_celery_tasks.store import _rows, admin_queries, backlog, fleet_queries, queries, session_queries
 from mcp_celery_tasks.store._conninfo import connect_kwargs
+from mcp_celery_tasks.store.fleet import DemandRow
 from mcp_celery_tasks.store.records import (
     AnswerOutcome,
     CancelOutcome,
@@ -310,6 +311,16 @@ class ApiStore:
             typed_rows(Headroom),
         )
         return int(rows[0]["used"]), int(rows[0]["max"])
+
+    async def queue_demand(self) -> list[DemandRow]:
+        """``mcp_queue_demand``, every queue (the demand gauges' one query per interval). A view not
+        migrated yet is as unusable as a database that is down (InfrastructureError)."""
+        try:
+            return await self._rows(fleet_queries.DEMAND, {}, typed_rows(DemandRow))
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InsufficientPrivilege) as exc:
+            raise InfrastructureError(
+                "mcp_queue_demand cannot be read (run mcp-celery-tasks migrate)"
+            ) from exc
 
     async def schema_revision(self) -> str | None:
         """The applied migration (raises InfrastructureError when Postgres is unreachable)."""

@@ -13,6 +13,8 @@ makes the login roles the processes connect as members (``GRANT mcp_tasks_worker
 - ``mcp_tasks_maintenance``: the maintenance worker (GC, sweeper): a worker that may also delete
   expired tasks and sessions.
 - ``mcp_tasks_admin``: the ``tasks`` commands: everything above, plus the principal limits.
+- ``mcp_tasks_autoscaler``: an autoscaler (KEDA's PostgreSQL trigger): the demand view only (a
+  view runs with its owner's rights, so it reads counts, never a task row).
 
 Row-level scoping (a tool process seeing only its own job's rows) is not expressed here: a worker
 role reads every task row. Migrations keep running as the database's owner.
@@ -50,6 +52,8 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_principal_limits": _READ,
         "mcp_maintenance": _ALL,  # the publisher records the broker's outages, and their ends
         "mcp_tasks_overview": _READ,
+        "mcp_workers": _READ,  # the demand gauges: live workers' queues and slots
+        "mcp_queue_demand": _READ,
         "alembic_version": _READ,  # readiness compares the schema with the code's head
     },
     "mcp_tasks_worker": {
@@ -61,6 +65,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_checkpoint_chunks": _ALL,
         "mcp_principal_limits": _READ,
         "mcp_maintenance": _ALL,
+        "mcp_workers": _ALL,  # its own row: register, heartbeat, deregister
         "alembic_version": _READ,
     },
     "mcp_tasks_maintenance": {
@@ -71,6 +76,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_checkpoints": _READ,  # steps and checkpoints go with their task (cascade)
         "mcp_principal_limits": _READ,
         "mcp_maintenance": _ALL,
+        "mcp_workers": _ALL,  # its own row, the beats it hears from, and the long-dead rows
         "alembic_version": _READ,
     },
     "mcp_tasks_admin": {
@@ -83,8 +89,13 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_sessions": _ALL,
         "mcp_principal_limits": _ALL,
         "mcp_maintenance": _ALL,
+        "mcp_workers": _ALL,
         "mcp_tasks_overview": _READ,
+        "mcp_queue_demand": _READ,
         "alembic_version": _READ,
+    },
+    "mcp_tasks_autoscaler": {
+        "mcp_queue_demand": _READ,  # KEDA's PostgreSQL trigger: one number per queue, no task row
     },
 }
 """Group role -> table (or view) -> privileges. Every table of the schema appears for every role

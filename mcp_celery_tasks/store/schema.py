@@ -24,7 +24,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSON, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB
 
 from mcp_celery_tasks import lifecycle
 from mcp_celery_tasks.store.queries import NOTIFY_CHANNEL
@@ -41,6 +41,7 @@ __all__ = [
     "task_logs",
     "task_steps",
     "tasks",
+    "workers",
 ]
 
 metadata = MetaData(
@@ -253,4 +254,26 @@ task_checkpoint_chunks = Table(
     Column("seq", Integer, nullable=False),
     Column("data", LargeBinary, nullable=False),
     PrimaryKeyConstraint("task_id", "name", "generation", "seq"),
+)
+
+# ---- the worker registry (migration 0013; its view mcp_queue_demand is there) ----------------
+
+workers = Table(
+    "mcp_workers",
+    metadata,
+    Column("node", Text, primary_key=True),
+    Column("kind", Text, nullable=False, server_default=text("'worker'")),
+    Column("hostname", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("pids", ARRAY(Integer), nullable=False, server_default=text("'{}'")),
+    Column("queues", ARRAY(Text), nullable=False, server_default=text("'{}'")),
+    Column("slots", Integer, nullable=False, server_default=text("0")),
+    Column("devices", JSONB, nullable=True),  # filled by GPU assignment (issue 29); null until then
+    Column("version", Text, nullable=True),
+    Column("pool", Text, nullable=True),
+    Column("instance", Text, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("kind IN ('worker', 'beat')", name="kind"),
 )

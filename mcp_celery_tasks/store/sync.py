@@ -24,6 +24,7 @@ from mcp_celery_tasks.lifecycle import ACTIVE
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import _rows, admin_queries, backlog, queries, session_queries, step_queries
 from mcp_celery_tasks.store._conninfo import connect_kwargs
+from mcp_celery_tasks.store.fleet import RegistryCalls
 from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputItem, InputRecord
 from mcp_celery_tasks.store.row_types import (
     CancelRow,
@@ -60,8 +61,9 @@ class _NotOurs(Exception):
     """Raised inside a transaction to roll it back: the task is not this worker's any more."""
 
 
-class WorkerStore:
-    """Synchronous store operations for workers, beat jobs and the publisher thread."""
+class WorkerStore(RegistryCalls):
+    """Synchronous store operations for workers, beat jobs and the publisher thread (and the
+    worker registry's: ``fleet``)."""
 
     def __init__(self, settings: Settings, application_name: str = "mcp-celery-tasks-worker") -> None:
         self._settings = settings

@@ -97,6 +97,62 @@ checkpoint_bytes_saved = Counter(
 )
 
 
+# ---- elastic pools: demand per queue (each API process, one query per interval) ---------------
+
+queue_demand_slots = Gauge(
+    "mcp_queue_demand_slots",
+    "Work that wants a worker slot now: backlog + published + running + resident input waits "
+    "(suspended tasks do not count); the number an autoscaler scales on",
+    ["queue"],
+)
+queue_backlog = Gauge("mcp_queue_backlog", "Active tasks in the fair backlog, not yet published", ["queue"])
+queue_published = Gauge("mcp_queue_published", "Jobs published to the broker, not yet started", ["queue"])
+queue_running = Gauge("mcp_queue_running", "Jobs running (claimed, not waiting for input)", ["queue"])
+queue_waiting_input = Gauge(
+    "mcp_queue_waiting_input",
+    "Tasks waiting for input: resident (holding a slot) or suspended (none)",
+    ["queue", "where"],
+)
+queue_oldest_queued_seconds = Gauge(
+    "mcp_queue_oldest_queued_seconds", "Age of the oldest task waiting for a slot", ["queue"]
+)
+queue_worker_slots = Gauge(
+    "mcp_queue_worker_slots", "Slots of the live workers consuming the queue", ["queue"]
+)
+queue_slots_available = Gauge(
+    "mcp_queue_slots_available", "Worker slots neither running a job nor holding an input wait", ["queue"]
+)
+queue_workers = Gauge("mcp_queue_workers", "Live workers consuming the queue", ["queue"])
+queue_unrouted_workers = Gauge(
+    "mcp_queue_unrouted_workers",
+    "Live workers consuming a queue no tool of this API routes to (a typo in -Q?)",
+    ["queue"],
+)
+demand_sample_failures = Counter(
+    "mcp_demand_sample_failures", "Demand samples that could not read the database"
+)
+
+# ---- elastic pools: the worker registry (worker main processes, the maintenance worker) ---------
+
+worker_registered = Gauge(
+    "mcp_worker_registered",
+    "1 while this worker's heartbeat reaches the registry",
+    multiprocess_mode="livemax",
+)
+worker_heartbeat_failures = Counter(
+    "mcp_worker_heartbeat_failures", "Heartbeats that could not reach the worker registry"
+)
+worker_node_conflicts = Counter(
+    "mcp_worker_node_conflicts",
+    "Heartbeats refused because another live worker holds the same node name (-n)",
+)
+beats_running = Gauge(
+    "mcp_beats_running",
+    "Beat processes seen sending jobs at the same time (more than 1: run exactly one)",
+    multiprocess_mode="livemax",
+)
+
+
 def render() -> bytes:
     """The API process's metrics in the Prometheus text format."""
     return generate_latest(REGISTRY)

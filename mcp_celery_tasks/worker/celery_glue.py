@@ -14,7 +14,10 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from billiard.common import TERM_SIGNAL
@@ -25,16 +28,20 @@ from celery.worker import state as worker_state
 from mcp_celery_tasks.broker import channel
 from mcp_celery_tasks.broker.celery_app import (
     COLLECT_GARBAGE,
+    OUR_APP,
     RUN_TOOL,
     SWEEP,
     beat_schedule,
+    default_queue,
     load_installed_tools,
 )
 from mcp_celery_tasks.broker.channel import Inbox
 from mcp_celery_tasks.broker.profiles import keep_emergency_dumps_out, profile_for
+from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import WorkerStore
+from mcp_celery_tasks.store.fleet import WorkerInfo
 from mcp_celery_tasks.telemetry import metrics, tracing
 from mcp_celery_tasks.tools.registry import all_tools
 from mcp_celery_tasks.worker import claims
@@ -47,6 +54,7 @@ from mcp_celery_tasks.worker.child import (
 )
 from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import Telemetry
+from mcp_celery_tasks.worker.presence import Presence, note_beat, unrouted_queues
 from mcp_celery_tasks.worker.runner import JobRunner
 from mcp_celery_tasks.worker.watchdog import RunningJob, Watchdog
 
@@ -242,12 +250,19 @@ def _add_run_tool(app: Celery, runner: JobRunner) -> None:
 def _add_beat_jobs(app: Celery, store: WorkerStore, settings: Settings) -> None:
     """The garbage collector and the sweeper, and their beat schedule (merged into the app's)."""
 
-    @app.task(name=COLLECT_GARBAGE, ignore_result=True)
-    def collect_garbage() -> int:
+    # Each beat job also records the beat that sent it (its ``origin``): two beats are a warning.
+    @app.task(name=COLLECT_GARBAGE, ignore_result=True, bind=True)
+    def collect_garbage(self: Any) -> int:
+        note_beat(store, settings, self.request.origin)
+        try:
+            store.delete_dead_workers()
+        except InfrastructureError:
+            logger.info("could not delete long-dead workers' rows; the next collection will")
         return gc.collect_garbage(store, checkpoint_dir=settings.checkpoint_dir)
 
-    @app.task(name=SWEEP, ignore_result=True)
-    def sweep() -> int:
+    @app.task(name=SWEEP, ignore_result=True, bind=True)
+    def sweep(self: Any) -> int:
+        note_beat(store, settings, self.request.origin)
         return gc.sweep(
             store,
             lambda job_id, queue: channel.publish_job(app, job_id, queue),
@@ -276,12 +291,74 @@ def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> Non
         if getattr(sender, "app", None) is app and isinstance(getattr(sender, "pool", None), PreforkPool):
             start_watchdog(app, store, settings, sender.hostname, sender)
 
+    presences: list[Presence] = []
+
+    @signals.worker_ready.connect(weak=False)
+    def _register(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is not app:
+            return
+        presence = Presence(store, settings, _snapshot(sender))
+        presence.start()
+        presences.append(presence)
+        if app.main == OUR_APP:  # a team's own app consumes queues of its own tasks too
+            _warn_unrouted(app, settings, _consumed(sender))
+
+    @signals.worker_shutdown.connect(weak=False)
+    def _deregister(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            while presences:
+                presences.pop().stop()
+
     if settings.worker_metrics_port:
         port = settings.worker_metrics_port
 
         @signals.worker_ready.connect(weak=False)
         def _serve_metrics(**_: Any) -> None:
             metrics.serve_worker_metrics(port)
+
+
+try:
+    _VERSION = version("mcp-celery-tasks")
+except PackageNotFoundError:  # running from a source tree
+    _VERSION = "0.0.0"
+
+
+def _consumed(consumer: Any) -> list[str]:
+    return sorted(consumer.app.amqp.queues.consume_from or {})
+
+
+def _snapshot(consumer: Any) -> Callable[[], WorkerInfo]:
+    """What the worker says at each heartbeat: the pool's children change as it replaces them."""
+    pool = consumer.pool
+    kind = type(pool).__module__.rsplit(".", 1)[-1]  # prefork, threads, solo
+    node, host, pid = str(consumer.hostname), socket.gethostname(), os.getpid()
+    instance, started_at = uuid.uuid4().hex, datetime.now(UTC)
+
+    def snapshot() -> WorkerInfo:
+        try:
+            children = [int(p) for p in pool.info.get("processes", ())] if kind == "prefork" else []
+        except (AttributeError, TypeError, ValueError):  # the pool is starting or stopping
+            children = []
+        slots = int(getattr(pool, "limit", None) or consumer.app.conf.worker_concurrency or 1)
+        return WorkerInfo(
+            node=node, hostname=host, pid=pid, pids=children, queues=_consumed(consumer), slots=slots,
+            version=_VERSION, pool=kind, instance=instance, started_at=started_at,
+        )  # fmt: skip
+
+    return snapshot
+
+
+def _warn_unrouted(app: Celery, settings: Settings, consumed: Sequence[str]) -> None:
+    """A queue this worker consumes that no loaded tool routes to: its slots would sit idle."""
+    routed = {spec.queue or default_queue(app, settings) for spec in all_tools()}
+    routed.add(settings.maintenance_queue)
+    for queue in unrouted_queues(consumed, routed):
+        logger.warning(
+            "worker consumes queue %r, but no tool routes jobs to it (tools use: %s): check -Q",
+            queue,
+            ", ".join(sorted(routed)),
+            extra={"event": "worker.unrouted_queue", "queue": queue},
+        )
 
 
 def check_input_timeouts(app: Celery, settings: Settings) -> None:

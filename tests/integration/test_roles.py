@@ -59,7 +59,7 @@ def login(db_url: str) -> Iterator[Login]:
 
 
 def test_every_table_of_the_schema_is_in_the_map() -> None:
-    tables = set(schema.metadata.tables) | {"mcp_tasks_overview", "alembic_version"}
+    tables = set(schema.metadata.tables) | {"mcp_tasks_overview", "mcp_queue_demand", "alembic_version"}
     assert set(roles.GRANTS["mcp_tasks_admin"]) == tables
     for grants in roles.GRANTS.values():
         assert set(grants) <= tables
@@ -209,3 +209,26 @@ def test_a_worker_records_steps_and_replaces_checkpoints_and_a_task_deleted_take
         for table in ("mcp_task_steps", "mcp_task_checkpoint_chunks"):
             found = conn.execute(f"SELECT count(*) FROM {table} WHERE task_id = %s", (task_id,)).fetchone()
             assert found == (0,), table
+
+
+def test_the_autoscaler_reads_the_demand_view_and_nothing_else(login: Login) -> None:
+    dsn = login("mcp_tasks_autoscaler")
+    _allowed(dsn, "SELECT COALESCE(max(demand_slots), 0) FROM mcp_queue_demand WHERE queue = 'gpu'")
+    for table in ("mcp_tasks", "mcp_workers", "mcp_task_inputs", "mcp_tasks_overview"):
+        _denied(dsn, f"SELECT 1 FROM {table}")
+
+
+def test_a_worker_registers_beats_and_deregisters_its_own_row(login: Login) -> None:
+    from mcp_celery_tasks.store.fleet import WorkerInfo
+
+    store = WorkerStore(Settings(database_url=login("mcp_tasks_worker")))
+    info = WorkerInfo(
+        node=f"w-{uuid.uuid4().hex[:6]}@h", hostname="h", pid=1, pids=[2, 3], queues=["q"], slots=2,
+        version="1", pool="prefork", instance="i", started_at=dt.datetime.now(dt.UTC),
+    )  # fmt: skip
+    assert store.heartbeat(info, 30) is None
+    assert store.heartbeat(info, 30) is None
+    assert [row["node"] for row in store.workers()] == [info.node]
+    assert store.deregister(info)
+    assert store.workers() == []
+    store.close()

@@ -34,6 +34,7 @@ from mcp_celery_tasks.cli.admin.view import (
     show_table,
     summary_view,
 )
+from mcp_celery_tasks.cli.admin.workers import list_workers
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ admin_app = typer.Typer(
     f"\n\n{EXIT_CODES_HELP}",
 )
 admin_app.add_typer(limits_app, name="limits")
+admin_app.command("workers", cls=PlainHelpCommand)(list_workers)
 console = Console()
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
