@@ -91,16 +91,27 @@ def _drop_api_secrets() -> None:
     os.execve(sys.executable, [sys.executable, "-m", "mcp_celery_tasks.cli", *sys.argv[1:]], env)
 
 
-def _require_tools(settings: Settings, command: str) -> None:
+def _require_tools(settings: Settings, command: str, *, no_cuda: bool = False) -> None:
     """Nothing is served unless configured: load the tools (through the team's Celery app when
-    there is one), and refuse to start without any, saying how to configure them."""
+    there is one), and refuse to start without any, saying how to configure them. ``no_cuda``
+    (a prefork worker's main process): one module at a time, refusing the one that brings CUDA
+    up (``cuda_guard``)."""
     from mcp_celery_tasks.broker.celery_app import load_app
     from mcp_celery_tasks.tools.registry import ToolModuleError, all_tools, load_tool_modules
+    from mcp_celery_tasks.worker.cuda_guard import CudaInParent, load_checked
 
     try:
+        if no_cuda:
+            load_checked([], load_tool_modules)  # nothing before the app either
         if settings.celery_app:
             load_app(settings)  # its module installs MCP and loads its tool modules
-        load_tool_modules(settings.tool_modules)
+        if no_cuda:
+            load_checked(settings.tool_modules, load_tool_modules)
+        else:
+            load_tool_modules(settings.tool_modules)
+    except CudaInParent as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
     except (ToolModuleError, ValueError) as exc:
         typer.echo(f"{command}: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -168,6 +179,20 @@ def worker(
     concurrency: Annotated[int | None, typer.Option("-c", "--concurrency")] = None,
     pool: Annotated[str, typer.Option("-P", "--pool", help="prefork or threads (never solo)")] = "prefork",
     hostname: Annotated[str | None, typer.Option("-n", "--hostname")] = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            "--gpus",
+            help="GPU worker: auto, or device ids such as 0,1,2,3; one pool child per device "
+            "(MCP_TASKS_WORKER_GPUS)",
+        ),
+    ] = None,
+    slots_per_gpu: Annotated[
+        int | None,
+        typer.Option(
+            "--slots-per-gpu", help="Pool children per device, default 1 (MCP_TASKS_WORKER_SLOTS_PER_GPU)"
+        ),
+    ] = None,
     database_url: DatabaseOpt = None,
     broker_url: BrokerOpt = None,
     tools: ToolsOpt = None,
@@ -184,11 +209,16 @@ def worker(
         raise typer.Exit(2)
     _drop_api_secrets()
     settings = _settings(database_url, broker_url, tools)
+    if gpus is not None or slots_per_gpu is not None:
+        given = {"worker_gpus": gpus, "worker_slots_per_gpu": slots_per_gpu}
+        settings = settings.model_copy(update={k: v for k, v in given.items() if v is not None})
+    if settings.worker_gpus or slots_per_gpu is not None:
+        concurrency = _gpu_concurrency(settings, pool, concurrency)
     consumed = [q.strip() for q in (queues or settings.default_queue).split(",") if q.strip()]
     # A maintenance-only worker runs the GC and the sweeper, never a tool: it needs none.
     runs_tools = any(q != settings.maintenance_queue for q in consumed)
     if runs_tools:
-        _require_tools(settings, "worker")
+        _require_tools(settings, "worker", no_cuda=pool == "prefork")
     celery = load_app(settings)
     install(celery, settings, load_tools=runs_tools)
 
@@ -201,6 +231,30 @@ def worker(
         argv += ["-c", str(concurrency)]
     argv += ["-n", hostname or f"mcp-{os.getpid()}@{socket.gethostname()}"]
     celery.worker_main(argv)
+
+
+def _gpu_concurrency(settings: Settings, pool: str, concurrency: int | None) -> int:
+    """A GPU worker's concurrency (devices x slots), or a one-line refusal (exit 2)."""
+    from mcp_celery_tasks.worker.devices import DeviceError, plan_devices
+
+    def refuse(reason: str) -> typer.Exit:
+        typer.echo(f"worker: {reason}", err=True)
+        return typer.Exit(2)
+
+    if not settings.worker_gpus:
+        raise refuse("--slots-per-gpu needs --gpus (or MCP_TASKS_WORKER_GPUS)")
+    if pool != "prefork":
+        raise refuse(f"--gpus needs the prefork pool (one process per device), not -P {pool}")
+    try:
+        plan = plan_devices(settings.worker_gpus, settings.worker_slots_per_gpu)
+    except DeviceError as exc:
+        raise refuse(str(exc)) from None
+    if concurrency and concurrency != plan.concurrency:
+        raise refuse(
+            f"-c {concurrency} does not match --gpus: {len(plan.devices)} device(s) x "
+            f"{plan.slots_per_gpu} slot(s) = {plan.concurrency} children (leave -c out)"
+        )
+    return plan.concurrency
 
 
 @app.command()

@@ -285,8 +285,10 @@ class _ClientStore(MemoryStore):
         super().__init__()
         self._cancel_after = cancel_after
 
-    def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None:
-        job = super().claim(job_id, worker, lease_s)
+    def claim(
+        self, job_id: str, worker: str, lease_s: float, device: str | None = None
+    ) -> ClaimedTask | None:
+        job = super().claim(job_id, worker, lease_s, device)
         if job is not None and self._cancel_after == 0:
             self.cancel(job.task_id)
         return job

@@ -66,6 +66,8 @@ class ToolSpec:
     time_limit: float | None = None
     soft_time_limit: float | None = None
     memory_limit_mb: int | None = None
+    gpu_memory_limit_mb: int | None = None
+    """Most device memory a run may hold on its GPU (GPU workers with NVML)."""
     suspend_after: float | Literal["settings"] | None = "settings"
     """Seconds of waiting for input before the job gives its slot back; None: stay resident;
     ``"settings"``: ``Settings.suspend_after_seconds``."""
@@ -156,6 +158,7 @@ def tool(
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
     memory_limit_mb: int | None = None,
+    gpu_memory_limit_mb: int | None = None,
     suspend_after: float | Literal["settings"] | None = "settings",
     schema_extra: Mapping[str, object] | None = None,
 ) -> Callable[[F], F]: ...
@@ -177,6 +180,7 @@ def tool(
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
     memory_limit_mb: int | None = None,
+    gpu_memory_limit_mb: int | None = None,
     suspend_after: float | Literal["settings"] | None = "settings",
     schema_extra: Mapping[str, object] | None = None,
 ) -> F | Callable[[F], F]:
@@ -192,7 +196,8 @@ def tool(
     question may be a function of the validated arguments returning an ``Elicit`` or None);
     unset values come from Settings. ``time_limit`` (seconds of running, input waits not
     counted), ``soft_time_limit`` (``SoftTimeLimitExceeded`` raised in the tool first) and
-    ``memory_limit_mb`` bound one run; past a hard limit the process is killed and the call ends
+    ``memory_limit_mb`` (resident memory; ``gpu_memory_limit_mb``: device memory on a GPU worker
+    with NVML) bound one run; past a hard limit the process is killed and the call ends
     with ``isError`` (prefork workers). ``suspend_after`` is how long the job waits for input
     holding its worker slot before it gives the slot back and runs again from the top once
     answered (0: at once; None: never; default ``Settings.suspend_after_seconds``): put work
@@ -242,6 +247,7 @@ def tool(
             time_limit=time_limit,
             soft_time_limit=soft_time_limit,
             memory_limit_mb=memory_limit_mb,
+            gpu_memory_limit_mb=gpu_memory_limit_mb,
             suspend_after=_checked_suspend_after(suspend_after),
         )
         return target
