@@ -42,8 +42,10 @@ as a task when the request declares the tasks extension, ``required`` only as a 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-AskFirst = Elicit | Callable[[JSONObject], Elicit | None]
-"""A pre-task question, or a function of the call's arguments that returns one (or None)."""
+AskFirst = Elicit | Callable[[JSONObject], Elicit | None] | Callable[[JSONObject, str], Elicit | None]
+"""A pre-task question, or a function of the call's arguments (and, if it takes a second
+parameter, of the calling principal: a question about one principal's files) that returns one
+(or None)."""
 
 
 @dataclass(frozen=True)
@@ -93,11 +95,16 @@ class ToolSpec:
             ) from exc
         return model.model_dump(mode="json", by_alias=True)
 
-    def questions_first(self, arguments: JSONObject) -> dict[str, Elicit]:
-        """The ``ask_first`` questions that apply to these (validated) arguments."""
+    def questions_first(self, arguments: JSONObject, principal: str = "") -> dict[str, Elicit]:
+        """The ``ask_first`` questions that apply to these (validated) arguments of ``principal``."""
         questions: dict[str, Elicit] = {}
         for key, entry in self.ask_first.items():
-            question = entry if isinstance(entry, Elicit) else entry(arguments)
+            if isinstance(entry, Elicit):
+                question: Elicit | None = entry
+            elif _takes_principal(entry):
+                question = entry(arguments, principal)  # type: ignore[call-arg]  # checked just above
+            else:
+                question = entry(arguments)  # type: ignore[call-arg]  # the one-argument form
             if question is not None:
                 questions[key] = question
         return questions
@@ -107,6 +114,16 @@ class ToolSpec:
         model = self.arguments_model.model_validate(arguments)
         fields = type(model).model_fields
         return {str(field.alias): getattr(model, attr) for attr, field in fields.items()}
+
+
+def _takes_principal(question: Callable[..., object]) -> bool:
+    """Whether an ``ask_first`` function takes the principal as well as the arguments."""
+    try:
+        parameters = inspect.signature(question).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
 
 
 _REGISTRY: dict[str, ToolSpec] = {}
