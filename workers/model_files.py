@@ -16,7 +16,7 @@ import re
 
 from mcp_celery_tasks import FileRoot, ToolError
 
-__all__ = ["MODELS_DIR", "principal_folder", "principal_models"]
+__all__ = ["MODELS_DIR", "check_writable", "principal_folder", "principal_models"]
 
 MODELS_DIR = "MCP_EXAMPLES_MODELS_DIR"
 
@@ -47,3 +47,22 @@ def principal_models(principal: str, *, create: bool) -> FileRoot | None:
             if os.path.islink(folder) or not os.path.isdir(folder):
                 raise ToolError(f"the models folder {folder} is not a directory") from None
     return FileRoot(folder, variable=MODELS_DIR)
+
+
+class _Probe(Exception):
+    """Leaves ``check_writable``'s trial write before anything is written."""
+
+
+def check_writable(root: FileRoot, name: str, *, overwrite: bool) -> None:
+    """Refuse, before any training, a name ``atomic_write`` would refuse (outside the folder, a
+    symlink, an existing file without consent), leaving nothing behind.
+
+    The weights are written only once training ends, not through a file held open meanwhile:
+    a run killed mid-training (SIGKILL, the OOM killer) runs no cleanup, and an open temporary
+    file would stay in the caller's folder.
+    """
+    try:
+        with root.atomic_write(name, overwrite=overwrite):
+            raise _Probe
+    except _Probe:
+        pass

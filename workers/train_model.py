@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from mcp_celery_tasks import Elicit, TaskContext, ToolError, tool
-from workers.model_files import MODELS_DIR, principal_models
+from workers.model_files import MODELS_DIR, check_writable, principal_models
 
 __all__ = ["Mlp", "make_moons", "train_model"]
 
@@ -221,10 +221,10 @@ def train_model(
     if overwrite is None:
         kept = f"kept the existing model {name}: the user chose not to overwrite it; nothing was trained"
         return {"model": name, "model_path": target, "kept_existing": True, "message": kept}
-    # Opened first: a name the models directory refuses is refused before any training.
+    check_writable(root, name, overwrite=overwrite)  # a refused name: before any training
+    mlp, stats = _fit(ctx, epochs, samples, learning_rate, seed)
+    ctx.raise_if_cancelled()
     with root.atomic_write(name, overwrite=overwrite) as handle:
-        mlp, stats = _fit(ctx, epochs, samples, learning_rate, seed)
-        ctx.raise_if_cancelled()
         mlp.save(handle)
     return {"model": name, "model_path": target, "epochs": epochs, **stats}
 

@@ -79,7 +79,7 @@ class DevicePlan:
 
 def _nvml_devices() -> list[str] | None:
     try:
-        import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
+        import pynvml  # optional: the [gpu] extra (nvidia-ml-py)
     except ImportError:
         return None
     try:

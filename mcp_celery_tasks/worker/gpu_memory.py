@@ -35,7 +35,7 @@ def held_by(pid: int, device: str, processes: ProcessList) -> int:
 
 def _nvml_processes() -> ProcessList | None:
     try:
-        import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
+        import pynvml  # optional: the [gpu] extra (nvidia-ml-py)
     except ImportError:
         return None
     try:

@@ -243,9 +243,7 @@ def test_cancelling_training_mid_run_ends_cancelled_and_writes_no_model(
 ) -> None:
     task_id = client.start("train_model", {"model": f"{model_dir}/never", "epochs": 100_000})
     wait_until(
-        lambda: re.match(
-            r"epoch [1-9]\d*/100000: loss", client.get(task_id).result.get("statusMessage", "")
-        ),
+        lambda: re.match(r"epoch [1-9]\d*/100000: loss", client.get(task_id).result.get("statusMessage", "")),
         30,
         what="training to be under way",
     )
