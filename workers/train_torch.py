@@ -113,10 +113,9 @@ def train_torch(
     learning_rate: Annotated[float, Field(gt=0, le=1)] = 0.01,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Train a small PyTorch MLP on a seeded two-moons dataset (on this job's GPU when there is
-    one) and save its weights (a state dict, .pt) in your models folder.
+    """Train a small PyTorch MLP on a seeded dataset (on the job's GPU, if any) and save it (.pt).
 
-    Reports the loss after each epoch, checkpoints each epoch (a crash resumes at the last one)
+    The weights (a state dict) go in your models folder. Reports the loss after each epoch, checkpoints each epoch (a crash resumes at the last one)
     and stops between epochs when cancelled. Asks before overwriting an existing model file.
     epochs x samples is at most 5 million.
     """
