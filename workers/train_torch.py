@@ -115,9 +115,10 @@ def train_torch(
 ) -> dict[str, Any]:
     """Train a small PyTorch MLP on a seeded dataset (on the job's GPU, if any) and save it (.pt).
 
-    The weights (a state dict) go in your models folder. Reports the loss after each epoch, checkpoints each epoch (a crash resumes at the last one)
-    and stops between epochs when cancelled. Asks before overwriting an existing model file.
-    epochs x samples is at most 5 million.
+    The weights (a state dict) go in your models folder. Reports the loss after each epoch,
+    checkpoints each epoch (a crash resumes at the last one) and stops between epochs when
+    cancelled. Asks before overwriting an existing model file. epochs x samples is at most 5
+    million.
     """
     if epochs * samples > MAX_WORK:
         raise ToolError(
