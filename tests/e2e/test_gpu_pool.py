@@ -10,7 +10,9 @@ the main process by a tool module).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests import support
@@ -113,6 +116,23 @@ def test_each_child_sees_exactly_its_own_device(gpu_stack: Stack, tmp_path: Path
         assert view["device"] == view["visible"]  # ctx.device names the pinned device
         assert view["order"] == "PCI_BUS_ID"  # the numbering nvidia-smi and NVML use
         assert gpu_stack.row(task)["device"] == view["visible"]  # the row names it too
+    # The admin view, the worker's log and its metrics name the device too.
+    shown = subprocess.run(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", "tasks", "show", first, "--json"],
+        env=gpu_stack.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert json.loads(shown.stdout)["task"]["device"] == seen[0]["visible"], shown.stderr
+    assert f"runs on GPU {seen[0]['visible']}" in gpu_stack.worker.log.read_text()
+    metrics = httpx.get(
+        f"http://127.0.0.1:{gpu_stack.env['MCP_TASKS_WORKER_METRICS_PORT']}/metrics", timeout=10
+    )
+    assert re.search(r'mcp_gpu_jobs_total\{device="1",tool="g_device"\} [1-9]', metrics.text), metrics.text[
+        -2000:
+    ]
 
 
 @pytest.mark.timeout(150)
