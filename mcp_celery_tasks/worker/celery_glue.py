@@ -335,7 +335,10 @@ def _pool_name(pool_cls: Any) -> str:
             if pool_cls in ("prefork", "processes", "celery.concurrency.prefork:TaskPool")
             else pool_cls
         )
-    return "prefork" if issubclass(pool_cls, PreforkPool) else str(getattr(pool_cls, "__module__", pool_cls))
+    if issubclass(pool_cls, PreforkPool):
+        return "prefork"
+    module = str(getattr(pool_cls, "__module__", pool_cls))
+    return {"celery.concurrency.thread": "threads", "celery.concurrency.solo": "solo"}.get(module, module)
 
 
 def _pin_children(worker: Any, settings: Settings, *, prefork: bool) -> None:

@@ -230,3 +230,53 @@ def test_a_tool_module_that_initialises_cuda_at_import_is_refused_by_name() -> N
         "CUDA was initialised in the main process by the tool module 'tests.fixtures.fake_cuda'" in lines[0]
     )
     assert "libcuda.so.1 is loaded" in lines[0] and "inside the tool function" in lines[0]
+
+
+def _celery_worker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The team's own ``celery -A … worker`` (tests/fixtures/gpu_app.py), not our CLI."""
+    base = {k: v for k, v in _gpu_env().items() if not k.startswith("MCP_TASKS_")}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.fixtures.gpu_app",
+            "worker",
+            "--loglevel",
+            "warning",
+            *args,
+        ],
+        env={**base, "GPU_APP_BROKER_URL": support.REDIS_URL, **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_teams_own_celery_worker_refuses_cuda_in_its_main_process() -> None:
+    done = _celery_worker(GPU_APP_TOOLS="tests.fixtures.gpu,tests.fixtures.fake_cuda")
+    assert done.returncode != 0
+    assert (
+        "CUDA was initialised in the main process by the tool module 'tests.fixtures.fake_cuda'"
+        in done.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (
+            ["-P", "threads"],
+            {"MCP_TASKS_WORKER_GPUS": "0,1"},
+            "needs the prefork pool (one process per device); the threads pool",
+        ),
+        ([], {"MCP_TASKS_WORKER_GPUS": "1,1"}, "--gpus names 1 twice"),
+    ],
+)
+def test_a_teams_own_celery_worker_refuses_bad_gpu_settings(
+    args: list[str], env: dict[str, str], says: str
+) -> None:
+    done = _celery_worker(*args, **env)
+    assert done.returncode != 0 and says in done.stderr, done.stderr
