@@ -18,6 +18,7 @@ table to know which device each child holds (the watchdog's device-memory limit)
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
@@ -266,6 +267,7 @@ def open_table(plan: DevicePlan) -> DeviceTable:
     global _TABLE
     if _TABLE is None or _TABLE.plan != plan:
         _TABLE = DeviceTable.create(plan)
+        atexit.register(_TABLE.remove)  # the main process's exit only (``remove`` checks the pid)
     return _TABLE
 
 

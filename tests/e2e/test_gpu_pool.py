@@ -115,6 +115,7 @@ def test_each_child_sees_exactly_its_own_device(gpu_stack: Stack, tmp_path: Path
     for task, view in zip((first, second), seen, strict=True):
         assert view["device"] == view["visible"]  # ctx.device names the pinned device
         assert view["order"] == "PCI_BUS_ID"  # the numbering nvidia-smi and NVML use
+        assert view["principal"] == "anon"  # ctx.principal: the stack has no auth
         assert gpu_stack.row(task)["device"] == view["visible"]  # the row names it too
     # The admin view, the worker's log and its metrics name the device too.
     shown = subprocess.run(
