@@ -32,6 +32,7 @@ from mcp_celery_tasks.cli.admin.connect import (
 )
 from mcp_celery_tasks.cli.admin.tasks import admin_app
 from mcp_celery_tasks.cli.dev import record as devrecord
+from mcp_celery_tasks.cli.gpus import GpusOpt, SlotsOpt, apply_gpu_options
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
 from mcp_celery_tasks.telemetry.logs import configure_logging
 
@@ -179,20 +180,8 @@ def worker(
     concurrency: Annotated[int | None, typer.Option("-c", "--concurrency")] = None,
     pool: Annotated[str, typer.Option("-P", "--pool", help="prefork or threads (never solo)")] = "prefork",
     hostname: Annotated[str | None, typer.Option("-n", "--hostname")] = None,
-    gpus: Annotated[
-        str | None,
-        typer.Option(
-            "--gpus",
-            help="GPU worker: auto, or device ids such as 0,1,2,3; one pool child per device "
-            "(MCP_TASKS_WORKER_GPUS)",
-        ),
-    ] = None,
-    slots_per_gpu: Annotated[
-        int | None,
-        typer.Option(
-            "--slots-per-gpu", help="Pool children per device, default 1 (MCP_TASKS_WORKER_SLOTS_PER_GPU)"
-        ),
-    ] = None,
+    gpus: GpusOpt = None,
+    slots_per_gpu: SlotsOpt = None,
     database_url: DatabaseOpt = None,
     broker_url: BrokerOpt = None,
     tools: ToolsOpt = None,
@@ -209,11 +198,7 @@ def worker(
         raise typer.Exit(2)
     _drop_api_secrets()
     settings = _settings(database_url, broker_url, tools)
-    if gpus is not None or slots_per_gpu is not None:
-        given = {"worker_gpus": gpus, "worker_slots_per_gpu": slots_per_gpu}
-        settings = settings.model_copy(update={k: v for k, v in given.items() if v is not None})
-    if settings.worker_gpus or slots_per_gpu is not None:
-        concurrency = _gpu_concurrency(settings, pool, concurrency)
+    settings, concurrency = apply_gpu_options(settings, gpus, slots_per_gpu, pool, concurrency)
     consumed = [q.strip() for q in (queues or settings.default_queue).split(",") if q.strip()]
     # A maintenance-only worker runs the GC and the sweeper, never a tool: it needs none.
     runs_tools = any(q != settings.maintenance_queue for q in consumed)
@@ -231,30 +216,6 @@ def worker(
         argv += ["-c", str(concurrency)]
     argv += ["-n", hostname or f"mcp-{os.getpid()}@{socket.gethostname()}"]
     celery.worker_main(argv)
-
-
-def _gpu_concurrency(settings: Settings, pool: str, concurrency: int | None) -> int:
-    """A GPU worker's concurrency (devices x slots), or a one-line refusal (exit 2)."""
-    from mcp_celery_tasks.worker.devices import DeviceError, plan_devices
-
-    def refuse(reason: str) -> typer.Exit:
-        typer.echo(f"worker: {reason}", err=True)
-        return typer.Exit(2)
-
-    if not settings.worker_gpus:
-        raise refuse("--slots-per-gpu needs --gpus (or MCP_TASKS_WORKER_GPUS)")
-    if pool != "prefork":
-        raise refuse(f"--gpus needs the prefork pool (one process per device), not -P {pool}")
-    try:
-        plan = plan_devices(settings.worker_gpus, settings.worker_slots_per_gpu)
-    except DeviceError as exc:
-        raise refuse(str(exc)) from None
-    if concurrency and concurrency != plan.concurrency:
-        raise refuse(
-            f"-c {concurrency} does not match --gpus: {len(plan.devices)} device(s) x "
-            f"{plan.slots_per_gpu} slot(s) = {plan.concurrency} children (leave -c out)"
-        )
-    return plan.concurrency
 
 
 @app.command()
