@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,55 @@ def test_device_memory_is_what_nvml_lists_for_the_childs_pid_on_its_device(
         assert held_by(other, "1", lambda device: listed[device]) == 5 * 2**30
     finally:
         table.remove()
+
+
+class FakeNvml:
+    """What pynvml answers on a machine with two GPUs (no such machine here: the boundary)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def nvmlInit(self) -> None:
+        self.calls.append("init")
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append("shutdown")
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return f"handle-{index}"
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        return f"handle-{uuid}"
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[Any]:
+        held: dict[str, list[tuple[int, int | None]]] = {
+            "handle-1": [(41, 5 * 2**20), (42, None)],
+            "handle-GPU-x": [(43, 2**20)],
+        }
+        return [type("Proc", (), {"pid": pid, "usedGpuMemory": used})() for pid, used in held.get(handle, [])]
+
+
+def test_auto_lists_the_devices_nvml_counts_and_lets_nvml_go_before_the_fork(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nvml = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    assert plan_devices("auto").devices == ("0", "1")
+    assert nvml.calls == ["init", "shutdown"]  # no /dev/nvidia* left open in the main process
+
+
+def test_nvml_reports_each_childs_device_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    table = DeviceTable(DevicePlan(("1", "GPU-x")), Path("/nonexistent"))
+    monkeypatch.setattr(table, "holders", lambda: {41: "1", 42: "1", 43: "GPU-x"})
+    memory = DeviceMemory.of(table)
+    assert memory is not None
+    assert memory(41) == ("1", 5 * 2**20) and memory(42) == ("1", 0) and memory(43) == ("GPU-x", 2**20)
+
+
+def test_without_nvml_there_is_no_device_memory_measure(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    assert DeviceMemory.of(DeviceTable(DevicePlan(("0",)), Path("/nonexistent"))) is None

@@ -77,3 +77,11 @@ def test_training_saves_weights_that_load_and_a_decline_keeps_the_file(models: P
         train_torch, {"model": "runs/m", "epochs": 1, "samples": 100}, preflight=ACCEPT, capabilities={}
     )
     assert not again.is_error and (models / "runs" / "m.pt").read_bytes() != before
+
+
+def test_torch_is_only_in_its_own_extra_so_dev_and_test_installs_stay_light() -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    with_torch = sorted(name for name, wanted in extras.items() if any(w.startswith("torch") for w in wanted))
+    assert with_torch == ["torch"]
