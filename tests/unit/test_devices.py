@@ -131,7 +131,8 @@ def _take_in_child(path: str, queue: multiprocessing.Queue[str], done: Any) -> N
 
 def test_children_starting_at_once_never_share_a_slot() -> None:
     table = DeviceTable.create(DevicePlan(("0", "1", "2", "3"), 2))
-    context = multiprocessing.get_context("fork")
+    # spawn, not fork: forking a multi-threaded pytest process warns on 3.12+ (an error here).
+    context = multiprocessing.get_context("spawn")
     queue: multiprocessing.Queue[str] = context.Queue()
     done = context.Event()
     children = [context.Process(target=_take_in_child, args=(str(table.path), queue, done)) for _ in range(8)]
