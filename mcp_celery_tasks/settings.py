@@ -157,6 +157,20 @@ class Settings(BaseSettings):
     worker_max_memory_per_child_mb: int | None = None
     """Celery's ``worker_max_memory_per_child`` (checked after each job): a pool process above
     it is replaced once its job ends."""
+    worker_gpus: str | None = None
+    """A GPU worker: ``auto`` (the devices NVML or ``nvidia-smi`` lists, or ``CUDA_VISIBLE_DEVICES``)
+    or device ids such as ``0,1,2,3`` (``worker --gpus``). Each prefork pool child is pinned to one
+    device (its ``CUDA_VISIBLE_DEVICES``), and the concurrency is devices x slots per device."""
+    worker_slots_per_gpu: int = 1
+    """Pool children that share one device on a GPU worker (``worker --slots-per-gpu``)."""
+    worker_gpu_max_tasks_per_child: int = 1
+    """A GPU worker replaces its pool child after this many jobs (unless
+    ``worker_max_tasks_per_child`` says otherwise), so device memory a job left behind (caching
+    allocators, leaked tensors) goes back to the device: 1 recycles after every job. 0: never."""
+    tool_gpu_memory_limit_mb: int | None = None
+    """Most device memory a job's process may hold on its GPU (``@tool(gpu_memory_limit_mb=…)``),
+    measured through NVML when ``pynvml`` is installed; above it the task ends with ``isError``
+    and the process is killed. None or 0: none."""
 
     lease_seconds: float = 30.0
     """A worker holds a task for this long without renewing it before another may take over."""

@@ -4,6 +4,6 @@ Importing this package registers every example tool below it. The benchmark and 
 fixtures live under ``tests/fixtures`` and are never served unless a test configures them.
 """
 
-from workers import example, search_logs, summarize, train_model
+from workers import example, search_logs, summarize, train_model, train_torch
 
-__all__ = ["example", "search_logs", "summarize", "train_model"]
+__all__ = ["example", "search_logs", "summarize", "train_model", "train_torch"]

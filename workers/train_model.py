@@ -7,9 +7,12 @@ ends with ``ctx.checkpoint.save`` (the weights, the epoch, the losses): a run th
 redelivered resumes after the last saved epoch. Each epoch shuffles with a generator seeded by
 ``(seed, epoch)``, so a resumed run trains exactly as an uninterrupted one would.
 
-The model is a name under ``MCP_EXAMPLES_MODELS_DIR`` (a ``FileRoot``), never a path chosen
-freely: directories are created only under that root, no symlink is written through, and the
-file is replaced atomically, only with the user's consent.
+The model is a name under the caller's own folder of ``MCP_EXAMPLES_MODELS_DIR`` (a
+``FileRoot`` per principal, ``model_files``), never a path chosen freely: one principal never
+replaces another's model, directories are created only under that folder, no symlink is written
+through, and the file is replaced atomically, only with the user's consent. The work is bounded by
+the arguments (epochs x samples) and by the tool's own time limit, so no call holds a GPU slot
+for the worker's 6 h default.
 """
 
 from __future__ import annotations
@@ -23,19 +26,21 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field
 
-from mcp_celery_tasks import Elicit, FileRoot, TaskContext, ToolError, tool
+from mcp_celery_tasks import Elicit, TaskContext, ToolError, tool
+from workers.model_files import MODELS_DIR, check_writable, principal_models
 
 __all__ = ["Mlp", "make_moons", "train_model"]
 
 Array = NDArray[np.float64]
-
-MODELS_DIR = "MCP_EXAMPLES_MODELS_DIR"
 
 HIDDEN_UNITS = 16
 BATCH_SIZE = 64
 HOLDOUT_FRACTION = 0.2
 MAX_EPOCHS = 1_000_000
 MAX_SAMPLES = 1_000_000
+MAX_WORK = 200_000_000
+"""Most samples x epochs one call may train (a few minutes of a CPU core); more is refused."""
+TIME_LIMIT_S = 15 * 60.0
 MAX_LOSS_HISTORY = 100
 
 OVERWRITE_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
@@ -50,7 +55,7 @@ def _model_file(model: str) -> str:
     return model if model.endswith(".npz") else f"{model}.npz"
 
 
-def _ask_overwrite(arguments: dict[str, Any]) -> Elicit | None:
+def _ask_overwrite(arguments: dict[str, Any], principal: str = "anon") -> Elicit | None:
     """The overwrite question, only when the model file already exists.
 
     Evaluated by the API process when the call arrives (before the task exists), with the same
@@ -59,7 +64,7 @@ def _ask_overwrite(arguments: dict[str, Any]) -> Elicit | None:
     worker will refuse, nothing is asked: the worker refuses the call with the reason.
     """
     try:
-        root = FileRoot.from_env(MODELS_DIR)
+        root = principal_models(principal, create=False)
         name = _model_file(str(arguments.get("model", "")))
         target = root.output_path(name) if root is not None else None
     except ToolError:
@@ -184,7 +189,9 @@ def _reported(epochs: int) -> set[int]:
     return {round(i * step) + 1 for i in range(MAX_LOSS_HISTORY)}
 
 
-@tool(queue="gpu", retention_seconds=24 * 3600, ask_first={"overwrite": _ask_overwrite})
+@tool(
+    queue="gpu", retention_seconds=24 * 3600, ask_first={"overwrite": _ask_overwrite}, time_limit=TIME_LIMIT_S
+)
 def train_model(
     ctx: TaskContext,
     model: str,
@@ -195,21 +202,29 @@ def train_model(
 ) -> dict[str, Any]:
     """Train a small MLP classifier on a seeded synthetic dataset and save its weights (npz).
 
-    `model` names the file under the models directory (e.g. "moons" or "runs/moons.npz").
+    `model` names the file in the caller's folder of the models directory (e.g. "moons" or
+    "runs/moons.npz"); epochs x samples is at most 200 million.
     Reports the loss after every epoch and stops between epochs when cancelled. Asks before
     overwriting an existing model file; declined, it keeps the file and trains nothing.
     """
-    root = FileRoot.require_env(MODELS_DIR)
+    if epochs * samples > MAX_WORK:
+        raise ToolError(
+            f"epochs x samples = {epochs * samples:,} is more than one call may train ({MAX_WORK:,}); "
+            "train fewer epochs or samples"
+        )
+    root = principal_models(ctx.principal, create=True)
+    if root is None:
+        raise ToolError(f"this tool touches no files until {MODELS_DIR} names the directories it may use")
     name = _model_file(model)
     target = str(root.output_path(name))
     overwrite = _overwrite_agreed(ctx, name, target)
     if overwrite is None:
         kept = f"kept the existing model {name}: the user chose not to overwrite it; nothing was trained"
         return {"model": name, "model_path": target, "kept_existing": True, "message": kept}
-    # Opened first: a name the models directory refuses is refused before any training.
+    check_writable(root, name, overwrite=overwrite)  # a refused name: before any training
+    mlp, stats = _fit(ctx, epochs, samples, learning_rate, seed)
+    ctx.raise_if_cancelled()
     with root.atomic_write(name, overwrite=overwrite) as handle:
-        mlp, stats = _fit(ctx, epochs, samples, learning_rate, seed)
-        ctx.raise_if_cancelled()
         mlp.save(handle)
     return {"model": name, "model_path": target, "epochs": epochs, **stats}
 

@@ -32,6 +32,7 @@ from mcp_celery_tasks.cli.admin.connect import (
 )
 from mcp_celery_tasks.cli.admin.tasks import admin_app
 from mcp_celery_tasks.cli.dev import record as devrecord
+from mcp_celery_tasks.cli.gpus import GpusOpt, SlotsOpt, apply_gpu_options
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
 from mcp_celery_tasks.telemetry.logs import configure_logging
 
@@ -91,16 +92,27 @@ def _drop_api_secrets() -> None:
     os.execve(sys.executable, [sys.executable, "-m", "mcp_celery_tasks.cli", *sys.argv[1:]], env)
 
 
-def _require_tools(settings: Settings, command: str) -> None:
+def _require_tools(settings: Settings, command: str, *, no_cuda: bool = False) -> None:
     """Nothing is served unless configured: load the tools (through the team's Celery app when
-    there is one), and refuse to start without any, saying how to configure them."""
+    there is one), and refuse to start without any, saying how to configure them. ``no_cuda``
+    (a prefork worker's main process): one module at a time, refusing the one that brings CUDA
+    up (``cuda_guard``)."""
     from mcp_celery_tasks.broker.celery_app import load_app
     from mcp_celery_tasks.tools.registry import ToolModuleError, all_tools, load_tool_modules
+    from mcp_celery_tasks.worker.cuda_guard import CudaInParent, load_checked
 
     try:
+        if no_cuda:
+            load_checked([], load_tool_modules)  # nothing before the app either
         if settings.celery_app:
             load_app(settings)  # its module installs MCP and loads its tool modules
-        load_tool_modules(settings.tool_modules)
+        if no_cuda:
+            load_checked(settings.tool_modules, load_tool_modules)
+        else:
+            load_tool_modules(settings.tool_modules)
+    except CudaInParent as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
     except (ToolModuleError, ValueError) as exc:
         typer.echo(f"{command}: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -168,6 +180,8 @@ def worker(
     concurrency: Annotated[int | None, typer.Option("-c", "--concurrency")] = None,
     pool: Annotated[str, typer.Option("-P", "--pool", help="prefork or threads (never solo)")] = "prefork",
     hostname: Annotated[str | None, typer.Option("-n", "--hostname")] = None,
+    gpus: GpusOpt = None,
+    slots_per_gpu: SlotsOpt = None,
     database_url: DatabaseOpt = None,
     broker_url: BrokerOpt = None,
     tools: ToolsOpt = None,
@@ -184,11 +198,12 @@ def worker(
         raise typer.Exit(2)
     _drop_api_secrets()
     settings = _settings(database_url, broker_url, tools)
+    settings, concurrency = apply_gpu_options(settings, gpus, slots_per_gpu, pool, concurrency)
     consumed = [q.strip() for q in (queues or settings.default_queue).split(",") if q.strip()]
     # A maintenance-only worker runs the GC and the sweeper, never a tool: it needs none.
     runs_tools = any(q != settings.maintenance_queue for q in consumed)
     if runs_tools:
-        _require_tools(settings, "worker")
+        _require_tools(settings, "worker", no_cuda=pool == "prefork")
     celery = load_app(settings)
     install(celery, settings, load_tools=runs_tools)
 

@@ -198,7 +198,7 @@ async def call_tool(services: Services, ctx: RequestContext, params: LegacyCallT
     if spec.mode == "required" and not wants_task:
         # SEP-1686 "Tool-Level Negotiation": a task-required tool called without a task.
         raise MethodNotFound("This tool requires task-augmented invocation (params.task)")
-    if spec.questions_first(arguments):
+    if spec.questions_first(arguments, ctx.principal):
         raise InvalidParams(
             f"{spec.name!r} asks questions before it starts; call it with a 2026-07-28 client"
         )

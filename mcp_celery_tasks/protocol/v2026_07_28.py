@@ -184,7 +184,7 @@ async def _call_tool(services: Services, ctx: RequestContext, params: CallToolPa
         await services.tasks.answer(record, responses)
         return SyncCall(services, ctx, record.task_id, Modern(spec, arguments))
     preflight = None
-    questions = spec.questions_first(arguments)
+    questions = spec.questions_first(arguments, ctx.principal)
     if questions:
         collected, missing = mrtr.preflight(ctx, questions, state, responses)
         if missing:

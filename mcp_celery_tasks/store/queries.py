@@ -145,7 +145,7 @@ _LEASE_LAPSED: Final = (
 CLAIM: Final[LiteralString] = f"""
 UPDATE mcp_tasks
 SET worker = %(worker)s, lease_until = now() + %(lease_s)s * interval '1 second',
-    attempts = attempts + 1, started_at = COALESCE(started_at, now())
+    attempts = attempts + 1, started_at = COALESCE(started_at, now()), device = %(device)s
 WHERE job_id = %(job_id)s AND status IN {ACTIVE_SQL} AND cancel_requested_at IS NULL
   -- A suspended job runs again only once its answers are in (they clear suspended_at).
   AND suspended_at IS NULL

@@ -133,6 +133,8 @@ class ClaimedTask:
     """How often the job gave its slot back waiting for input (this run resumes the last one)."""
     resumed_for_s: float | None = None
     """Seconds since the answer that resumed the job was recorded (None: not a resume)."""
+    owner: str = ""
+    """The principal that created the task (a tool keeps one principal's files apart from another's)."""
 
 
 @dataclass(frozen=True, slots=True)

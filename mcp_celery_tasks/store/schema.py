@@ -100,6 +100,7 @@ tasks = Table(
     Column("suspended_at", DateTime(timezone=True), nullable=True),
     Column("resumed_at", DateTime(timezone=True), nullable=True),
     Column("suspensions", Integer, nullable=False, server_default=text("0")),
+    Column("device", Text, nullable=True),
     CheckConstraint(STATUS_CHECK, name="status"),
     Index("ix_mcp_tasks_expires_at", "expires_at"),
     Index("ix_mcp_tasks_owner_created_at", "owner", "created_at"),

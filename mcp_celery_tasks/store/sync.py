@@ -123,9 +123,11 @@ class WorkerStore(RegistryCalls):
 
     # ---- claim and lease -------------------------------------------------------------------
 
-    def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None:
+    def claim(
+        self, job_id: str, worker: str, lease_s: float, device: str | None = None
+    ) -> ClaimedTask | None:
         params = {"job_id": job_id, "worker": worker, "lease_s": lease_s, "grace_s": self._grace_s,
-                  "max_redeliveries": self._settings.max_redeliveries}  # fmt: skip
+                  "max_redeliveries": self._settings.max_redeliveries, "device": device}  # fmt: skip
         rows = self._rows(queries.CLAIM, params, class_row(ClaimedTask))
         return rows[0] if rows else None
 

@@ -88,6 +88,12 @@ forced_stops = Counter(
     ["tool", "reason"],
 )
 
+gpu_jobs = Counter(
+    "mcp_gpu_jobs",
+    "Jobs claimed by a pool child pinned to a GPU (worker --gpus), by device",
+    ["tool", "device"],
+)
+
 steps_run = Counter("mcp_steps_run", "Durable steps (ctx.step) that ran and were recorded", ["tool"])
 steps_replayed = Counter(
     "mcp_steps_replayed", "Durable steps a re-run took from the record instead of running", ["tool"]

@@ -48,6 +48,7 @@ class Row:
     preflight: JSONObject | None = None
     client_capabilities: JSONObject = field(default_factory=dict)
     queue: str = "mcp.default"
+    owner: str = "anon"
     attempts: int = 0
     max_attempts: int = 3
     redeliveries: int = 0
@@ -62,6 +63,7 @@ class Row:
     progress: float | None = None
     progress_total: float | None = None
     suspended_at: float | None = None
+    device: str | None = None
     """When the job gave its slot back waiting for input (None: resident, or not waiting)."""
     resumed_at: float | None = None
     suspensions: int = 0
@@ -140,7 +142,9 @@ class MemoryStore(MemorySteps):
 
     # ---- claim and lease -----------------------------------------------------------------------
 
-    def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None:
+    def claim(
+        self, job_id: str, worker: str, lease_s: float, device: str | None = None
+    ) -> ClaimedTask | None:
         self._call("claim")
         row = self.by_job(job_id)
         now = self._clock()
@@ -151,7 +155,7 @@ class MemoryStore(MemorySteps):
             return None
         if row.attempts >= row.max_attempts or row.redeliveries >= self.max_redeliveries:
             return None
-        row.worker, row.lease_until, row.started = worker, now + lease_s, True
+        row.worker, row.lease_until, row.started, row.device = worker, now + lease_s, True, device
         row.attempts += 1
         return ClaimedTask(
             task_id=row.task_id,
@@ -163,6 +167,7 @@ class MemoryStore(MemorySteps):
             attempts=row.attempts,
             max_attempts=row.max_attempts,
             queue=row.queue,
+            owner=row.owner,
             age_s=now - row.created_at,
             log_level=row.log_level,
             suspensions=row.suspensions,

@@ -138,6 +138,7 @@ def run_tool(
     capabilities: Mapping[str, object] | None = None,
     preflight: Mapping[str, object] | None = None,
     settings: Settings | None = None,
+    principal: str = "anon",
 ) -> ToolRun:
     """Call a ``@tool`` as the server would, with no Postgres, broker or worker.
 
@@ -157,6 +158,7 @@ def run_tool(
         preflight: ``ctx.preflight`` as given, instead of asking the tool's ``ask_first``
             questions (by default they are asked before the job runs, as the server asks them,
             and answered from ``answers`` by their key).
+        principal: who calls (``ctx.principal``; what ``ask_first`` functions see).
         settings: the worker settings (default: from the environment, with every status report
             written and every cancel check reading the row, so a run is deterministic; a
             ``ctx.sleep`` then really sleeps, checking for a cancel all the while).
@@ -174,7 +176,7 @@ def run_tool(
         if spec.mode == "required" and not declares_tasks(declared):
             raise MissingCapability()  # SEP-2663: a task-only tool refuses a non-task call
         if preflight is None:
-            preflight = _ask_first(spec, checked, answers, declared, asked_first)
+            preflight = _ask_first(spec, checked, answers, declared, asked_first, principal)
     except InvalidArguments as exc:
         return ToolRun("completed", result=error_result(exc.message))
     except ProtocolError as exc:
@@ -187,6 +189,7 @@ def run_tool(
         preflight=dict(preflight) or None,
         log_level="debug",
         max_attempts=1,
+        owner=principal,
     )
     client = _Client(store, row, answers)
     inbox = MemoryInbox(client.on_wait)
@@ -238,10 +241,11 @@ def _ask_first(
     answers: Mapping[str, Answer],
     declared: Mapping[str, object],
     asked: list[InputRequest],
+    principal: str,
 ) -> JSONObject:
     """The ``ask_first`` answers as the server collects them (``protocol.rounds.preflight``)."""
     collected: JSONObject = {}
-    for key, question in spec.questions_first(arguments).items():
+    for key, question in spec.questions_first(arguments, principal).items():
         if CAPABILITY_FOR[question.method] not in declared:
             needed = CAPABILITY_FOR[question.method]
             raise MissingCapability(f"The tool asks first and needs the {needed!r} capability", {needed: {}})
@@ -285,8 +289,10 @@ class _ClientStore(MemoryStore):
         super().__init__()
         self._cancel_after = cancel_after
 
-    def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None:
-        job = super().claim(job_id, worker, lease_s)
+    def claim(
+        self, job_id: str, worker: str, lease_s: float, device: str | None = None
+    ) -> ClaimedTask | None:
+        job = super().claim(job_id, worker, lease_s, device)
         if job is not None and self._cancel_after == 0:
             self.cancel(job.task_id)
         return job

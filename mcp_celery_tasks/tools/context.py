@@ -97,6 +97,11 @@ class TaskContext:
         tool_name: the tool being run.
         attempt: 1 on the first run, more when the job was redelivered after a crash.
         preflight: answers collected before the task existed (``ask_first``).
+        principal: who created the task (``token:<name>``, ``jwt:<issuer>#<sub>``, ``anon``): keep
+            one principal's files apart from another's (``FileRoot.for_principal``).
+        device: on a GPU worker (``worker --gpus``), the GPU this job's process is pinned to, as
+            the worker names it (``"2"``); the process sees only that device, as ``cuda:0``.
+            None on a worker without GPUs.
     """
 
     def __init__(
@@ -115,8 +120,12 @@ class TaskContext:
         sleep_slice_s: float = 0.2,
         log_level: str | None = None,
         steps: TaskSteps = NO_STEPS,
+        principal: str = "",
+        device: str | None = None,
     ) -> None:
         self.task_id = task_id
+        self.principal = principal
+        self.device = device
         self.job_id = job_id
         self.tool_name = tool_name
         self.attempt = attempt

@@ -42,8 +42,10 @@ as a task when the request declares the tasks extension, ``required`` only as a 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-AskFirst = Elicit | Callable[[JSONObject], Elicit | None]
-"""A pre-task question, or a function of the call's arguments that returns one (or None)."""
+AskFirst = Elicit | Callable[[JSONObject], Elicit | None] | Callable[[JSONObject, str], Elicit | None]
+"""A pre-task question, or a function of the call's arguments (and, if it takes a second
+parameter, of the calling principal: a question about one principal's files) that returns one
+(or None)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class ToolSpec:
     time_limit: float | None = None
     soft_time_limit: float | None = None
     memory_limit_mb: int | None = None
+    gpu_memory_limit_mb: int | None = None
+    """Most device memory a run may hold on its GPU (GPU workers with NVML)."""
     suspend_after: float | Literal["settings"] | None = "settings"
     """Seconds of waiting for input before the job gives its slot back; None: stay resident;
     ``"settings"``: ``Settings.suspend_after_seconds``."""
@@ -91,11 +95,16 @@ class ToolSpec:
             ) from exc
         return model.model_dump(mode="json", by_alias=True)
 
-    def questions_first(self, arguments: JSONObject) -> dict[str, Elicit]:
-        """The ``ask_first`` questions that apply to these (validated) arguments."""
+    def questions_first(self, arguments: JSONObject, principal: str = "") -> dict[str, Elicit]:
+        """The ``ask_first`` questions that apply to these (validated) arguments of ``principal``."""
         questions: dict[str, Elicit] = {}
         for key, entry in self.ask_first.items():
-            question = entry if isinstance(entry, Elicit) else entry(arguments)
+            if isinstance(entry, Elicit):
+                question: Elicit | None = entry
+            elif _takes_principal(entry):
+                question = entry(arguments, principal)  # type: ignore[call-arg]  # checked just above
+            else:
+                question = entry(arguments)  # type: ignore[call-arg]  # the one-argument form
             if question is not None:
                 questions[key] = question
         return questions
@@ -105,6 +114,16 @@ class ToolSpec:
         model = self.arguments_model.model_validate(arguments)
         fields = type(model).model_fields
         return {str(field.alias): getattr(model, attr) for attr, field in fields.items()}
+
+
+def _takes_principal(question: Callable[..., object]) -> bool:
+    """Whether an ``ask_first`` function takes the principal as well as the arguments."""
+    try:
+        parameters = inspect.signature(question).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
 
 
 _REGISTRY: dict[str, ToolSpec] = {}
@@ -156,6 +175,7 @@ def tool(
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
     memory_limit_mb: int | None = None,
+    gpu_memory_limit_mb: int | None = None,
     suspend_after: float | Literal["settings"] | None = "settings",
     schema_extra: Mapping[str, object] | None = None,
 ) -> Callable[[F], F]: ...
@@ -177,6 +197,7 @@ def tool(
     time_limit: float | None = None,
     soft_time_limit: float | None = None,
     memory_limit_mb: int | None = None,
+    gpu_memory_limit_mb: int | None = None,
     suspend_after: float | Literal["settings"] | None = "settings",
     schema_extra: Mapping[str, object] | None = None,
 ) -> F | Callable[[F], F]:
@@ -192,7 +213,8 @@ def tool(
     question may be a function of the validated arguments returning an ``Elicit`` or None);
     unset values come from Settings. ``time_limit`` (seconds of running, input waits not
     counted), ``soft_time_limit`` (``SoftTimeLimitExceeded`` raised in the tool first) and
-    ``memory_limit_mb`` bound one run; past a hard limit the process is killed and the call ends
+    ``memory_limit_mb`` (resident memory; ``gpu_memory_limit_mb``: device memory on a GPU worker
+    with NVML) bound one run; past a hard limit the process is killed and the call ends
     with ``isError`` (prefork workers). ``suspend_after`` is how long the job waits for input
     holding its worker slot before it gives the slot back and runs again from the top once
     answered (0: at once; None: never; default ``Settings.suspend_after_seconds``): put work
@@ -242,6 +264,7 @@ def tool(
             time_limit=time_limit,
             soft_time_limit=soft_time_limit,
             memory_limit_mb=memory_limit_mb,
+            gpu_memory_limit_mb=gpu_memory_limit_mb,
             suspend_after=_checked_suspend_after(suspend_after),
         )
         return target

@@ -43,8 +43,8 @@ from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import WorkerStore
 from mcp_celery_tasks.store.fleet import WorkerInfo
 from mcp_celery_tasks.telemetry import metrics, tracing
-from mcp_celery_tasks.tools.registry import all_tools
-from mcp_celery_tasks.worker import claims
+from mcp_celery_tasks.tools.registry import all_tools, load_tool_modules
+from mcp_celery_tasks.worker import claims, cuda_guard, devices
 from mcp_celery_tasks.worker.child import (
     after_fork,
     catch_stop_signal,
@@ -52,6 +52,7 @@ from mcp_celery_tasks.worker.child import (
     signal_soft_limit,
     stop_requested,
 )
+from mcp_celery_tasks.worker.gpu_memory import DeviceMemory
 from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import Telemetry
 from mcp_celery_tasks.worker.presence import Presence, note_beat, unrouted_queues
@@ -83,12 +84,19 @@ _stores: list[WorkerStore] = []
 
 @signals.worker_process_init.connect
 def _after_fork(**_: Any) -> None:
+    # First of all, before any job: a GPU worker's child sees only its own device.
+    devices.take_device()
     # Celery resets its own pools in the child; a psycopg connection inherited from the
     # parent must be neither used nor closed by the child.
     for store in _stores:
         store.forget_after_fork()
     after_fork()
     claims.after_fork()
+
+
+@signals.worker_process_shutdown.connect
+def _before_exit(**_: Any) -> None:
+    devices.release_device()  # a killed child's slot is freed by its death instead
 
 
 def start_watchdog(
@@ -106,8 +114,17 @@ def start_watchdog(
 
     if consumer is not None:
         _replace_killed_children_soon(consumer)
+        if getattr(getattr(consumer, "controller", None), "max_tasks_per_child", None):
+            _replace_recycled_children_soon(consumer)
 
-    dog = Watchdog(store, settings, terminate=terminate, signal_soft_limit=signal_soft_limit)
+    table = devices.opened_table()
+    dog = Watchdog(
+        store,
+        settings,
+        terminate=terminate,
+        signal_soft_limit=signal_soft_limit,
+        device_memory=DeviceMemory.of(table) if table is not None else None,
+    )
     board = claims.open_board()  # opened before the fork (worker_init); the children write to it
     board.start_reader()
 
@@ -146,6 +163,22 @@ def _replace_killed_children_soon(consumer: Any) -> None:
         if terminated:
             for delay in REPLACE_AFTER_S:
                 hub.call_later(delay, maintain)
+
+
+RECYCLE_CHECK_S = 0.1
+"""How often a pool whose children retire after ``max_tasks_per_child`` jobs looks for one that did."""
+
+
+def _replace_recycled_children_soon(consumer: Any) -> None:
+    """A child that retired after its last job (``max_tasks_per_child``: a GPU worker's default
+    is one job per child) is replaced within a tenth of a second, not at the pool's 5 s
+    maintenance timer: without this, a one-job-per-child pool waited ~5 s between jobs on each
+    slot (measured on tests/e2e/test_gpu_pool.py). ``maintain_pool`` only polls the children's
+    exit codes (``waitpid`` with ``WNOHANG``) and starts the missing ones."""
+    hub, pool = getattr(consumer, "hub", None), getattr(consumer, "pool", None)
+    maintain = getattr(pool, "maintain_pool", None)
+    if hub is not None and maintain is not None:
+        hub.call_repeatedly(RECYCLE_CHECK_S, maintain)
 
 
 def _until_next_tick(dog: Watchdog, interval_s: float) -> None:
@@ -277,12 +310,24 @@ def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> Non
     """What a worker of ``app`` does as it starts: load the tools and check their input
     timeouts (before the pool forks), then watch its children and serve metrics (once ready)."""
 
+    pinned: list[str] = []  # a GPU worker's devices, for the worker registry
+
     @signals.worker_init.connect(weak=False)
     def _before_start(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is app:
-            load_installed_tools(app)  # before the pool forks: children inherit them
+            prefork = _pool_name(getattr(sender, "pool_cls", "prefork")) == "prefork"
+            if prefork:
+                # Before the pool forks, one module at a time: none may bring CUDA up here.
+                try:
+                    cuda_guard.load_checked(getattr(app, "_mcp_tool_modules", ()), load_tool_modules)
+                except cuda_guard.CudaInParent as exc:
+                    raise SystemExit(str(exc)) from None
+            else:
+                load_installed_tools(app)  # before the pool forks: children inherit them
             check_input_timeouts(app, settings)
             claims.open_board()  # before the pool forks: children tell the watchdog their claims
+            if settings.worker_gpus:
+                pinned.extend(_pin_children(sender, settings, prefork=prefork))
 
     @signals.worker_ready.connect(weak=False)
     def _watch(sender: Any = None, **_: Any) -> None:
@@ -297,7 +342,7 @@ def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> Non
     def _register(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not app:
             return
-        presence = Presence(store, settings, _snapshot(sender))
+        presence = Presence(store, settings, _snapshot(sender, pinned))
         presence.start()
         presences.append(presence)
         if app.main == OUR_APP:  # a team's own app consumes queues of its own tasks too
@@ -327,7 +372,7 @@ def _consumed(consumer: Any) -> list[str]:
     return sorted(consumer.app.amqp.queues.consume_from or {})
 
 
-def _snapshot(consumer: Any) -> Callable[[], WorkerInfo]:
+def _snapshot(consumer: Any, devices: Sequence[str] = ()) -> Callable[[], WorkerInfo]:
     """What the worker says at each heartbeat: the pool's children change as it replaces them."""
     pool = consumer.pool
     kind = type(pool).__module__.rsplit(".", 1)[-1]  # prefork, threads, solo
@@ -343,6 +388,7 @@ def _snapshot(consumer: Any) -> Callable[[], WorkerInfo]:
         return WorkerInfo(
             node=node, hostname=host, pid=pid, pids=children, queues=_consumed(consumer), slots=slots,
             version=_VERSION, pool=kind, instance=instance, started_at=started_at,
+            devices=list(devices) if devices else None,
         )  # fmt: skip
 
     return snapshot
@@ -359,6 +405,49 @@ def _warn_unrouted(app: Celery, settings: Settings, consumed: Sequence[str]) -> 
             ", ".join(sorted(routed)),
             extra={"event": "worker.unrouted_queue", "queue": queue},
         )
+
+
+def _pool_name(pool_cls: Any) -> str:
+    """``prefork``, ``threads``, ``solo`` … from a ``-P`` alias or the class Celery resolved."""
+    if isinstance(pool_cls, str):
+        return (
+            "prefork"
+            if pool_cls in ("prefork", "processes", "celery.concurrency.prefork:TaskPool")
+            else pool_cls
+        )
+    if issubclass(pool_cls, PreforkPool):
+        return "prefork"
+    module = str(getattr(pool_cls, "__module__", pool_cls))
+    return {"celery.concurrency.thread": "threads", "celery.concurrency.solo": "solo"}.get(module, module)
+
+
+def _pin_children(worker: Any, settings: Settings, *, prefork: bool) -> tuple[str, ...]:
+    """A GPU worker (``MCP_TASKS_WORKER_GPUS``): one pool child per device slot, each replaced
+    child recycled after ``worker_gpu_max_tasks_per_child`` jobs, and the table of slots made
+    before the pool forks (``devices``). Refuses with one line what cannot work."""
+    if not prefork:
+        raise SystemExit(
+            "worker: a GPU worker needs the prefork pool (one process per device); "
+            f"the {_pool_name(worker.pool_cls)} pool would share one CUDA context between jobs"
+        )
+    try:
+        plan = devices.plan_devices(settings.worker_gpus or "", settings.worker_slots_per_gpu)
+    except devices.DeviceError as exc:
+        raise SystemExit(f"worker: {exc}") from None
+    if worker.concurrency != plan.concurrency:
+        logger.info(
+            "GPU worker: concurrency %d (devices x slots), not %s", plan.concurrency, worker.concurrency
+        )
+    worker.concurrency = plan.concurrency
+    if not worker.max_tasks_per_child and settings.worker_gpu_max_tasks_per_child:
+        worker.max_tasks_per_child = settings.worker_gpu_max_tasks_per_child
+    table = devices.open_table(plan)
+    logger.info(
+        "GPU worker: devices %s, %d slot(s) each, children recycled after %s job(s)",
+        ",".join(plan.devices), plan.slots_per_gpu, worker.max_tasks_per_child or "unlimited",
+        extra={"event": "worker.gpus", "devices": list(plan.devices), "table": str(table.path)},
+    )  # fmt: skip
+    return tuple(plan.devices)
 
 
 def check_input_timeouts(app: Celery, settings: Settings) -> None:

@@ -39,6 +39,8 @@ class JobLimits:
     """How long a cancelled job may keep running before the watchdog kills its process."""
     suspend_after_s: float | None
     """Waiting for input this long, the job gives its slot back (None: it stays resident)."""
+    gpu_memory_limit_mb: int | None = None
+    """Most device memory the job's process may hold on its GPU (measured through NVML)."""
 
     @classmethod
     def for_tool(cls, spec: ToolSpec | None, settings: Settings) -> JobLimits:
@@ -54,6 +56,8 @@ class JobLimits:
             suspend_after_s=settings.suspend_after_seconds
             if spec is None or spec.suspend_after == "settings"
             else spec.suspend_after,
+            gpu_memory_limit_mb=(spec.gpu_memory_limit_mb if spec else None)
+            or settings.tool_gpu_memory_limit_mb,
         )
 
     @property

@@ -17,6 +17,7 @@ from typing import Any
 from mcp_celery_tasks.lifecycle import CANCELLED
 from mcp_celery_tasks.store.records import ClaimedTask
 from mcp_celery_tasks.telemetry import metrics, tracing
+from mcp_celery_tasks.worker.devices import current_device
 
 __all__ = ["SILENT", "JobObserver", "Telemetry"]
 
@@ -82,6 +83,13 @@ class Telemetry(JobObserver):
         return tracing.tracer.start_as_current_span(name, attributes=attributes)
 
     def on_claimed(self, job: ClaimedTask) -> None:
+        device = current_device()
+        if device is not None:
+            metrics.gpu_jobs.labels(job.tool_name, device).inc()
+            job_log.info(
+                "job %s runs on GPU %s", job.job_id, device,
+                extra={"event": "task.device", "job_id": job.job_id, "tool": job.tool_name, "device": device},
+            )  # fmt: skip
         if job.attempts == 1:  # a redelivery's wait is not pickup latency
             metrics.task_pickup_seconds.labels(job.tool_name, job.queue).observe(job.age_s)
 

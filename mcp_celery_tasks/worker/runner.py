@@ -50,6 +50,7 @@ from mcp_celery_tasks.transient import OUTCOME_WRITE, REQUEUE, Backoff, OutageTo
 from mcp_celery_tasks.wire import declares_tasks
 from mcp_celery_tasks.worker import claims
 from mcp_celery_tasks.worker.child import in_job, running_tool, worker_identity
+from mcp_celery_tasks.worker.devices import current_device
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import SILENT, JobObserver
@@ -76,7 +77,11 @@ logger = logging.getLogger("mcp_celery_tasks.runner")
 class JobStore(RuntimeStore, StepStore, Protocol):
     """The store calls of a job's claim and outcome (``WorkerStore`` in production)."""
 
-    def claim(self, job_id: str, worker: str, lease_s: float) -> ClaimedTask | None: ...
+    def claim(
+        self, job_id: str, worker: str, lease_s: float, device: str | None = None
+    ) -> ClaimedTask | None:
+        """Take the job (one guarded update), recording the GPU the claiming child is pinned to."""
+        ...
 
     def job_state(self, job_id: str) -> JobState | None: ...
 
@@ -166,7 +171,7 @@ class JobRunner:
         """Take the job with one guarded update; a job not taken ends in what to do instead."""
         try:
             with self._observer.step("claim"):
-                job = self._store.claim(job_id, me, self._settings.lease_seconds)
+                job = self._store.claim(job_id, me, self._settings.lease_seconds, current_device())
         except InfrastructureError:
             logger.warning("could not claim job %s; retrying", job_id, exc_info=True)
             return JobOutcome("infrastructure", retry_in=2.0)
@@ -320,6 +325,8 @@ class JobRunner:
             tool_name=job.tool_name,
             attempt=job.attempts,
             preflight=job.preflight,
+            principal=job.owner,
+            device=current_device(),
             runtime=runtime,
             client_capabilities=job.client_capabilities,
             strict_capabilities=self._settings.strict_input_capabilities,

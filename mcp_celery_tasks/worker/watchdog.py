@@ -16,8 +16,9 @@ It runs in a prefork worker's main process, outside every job's interpreter, and
   returned ``cancel_grace_seconds`` later has its process killed, whatever the lease settings
   (its lease is kept meanwhile); the pool replaces it, the task stays ``cancelled``, and the
   message is acknowledged.
-- **Limits per tool.** Past its hard time limit (time waiting for input not counted) or its
-  memory limit (the child's RSS), a job ends ``completed`` with ``isError`` saying which limit,
+- **Limits per tool.** Past its hard time limit (time waiting for input not counted), its
+  memory limit (the child's RSS) or, on a GPU worker with NVML, its GPU memory limit (what the
+  child holds on its device, ``gpu_memory``), a job ends ``completed`` with ``isError`` saying which limit,
   and its process is killed. Past its soft time limit the child is signalled once, so the tool
   gets ``SoftTimeLimitExceeded`` (a ``ToolError``) to clean up.
 
@@ -123,12 +124,14 @@ class Watchdog:
         terminate: Callable[[str], None],
         signal_soft_limit: Callable[[int], None],
         hostname: str | None = None,
+        device_memory: Callable[[int], tuple[str, int] | None] | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
         self._terminate = terminate
         self._signal_soft_limit = signal_soft_limit
         self._hostname = hostname or socket.gethostname()
+        self._device_memory = device_memory  # GPU workers with NVML: (device, bytes held) per pid
         self._tracks: dict[RunningJob, _Track] = {}
         self._frozen: set[int] = set()
         self.next_due_s: float | None = None
@@ -220,6 +223,16 @@ class Watchdog:
                     f"({used / 2**20:.0f} MiB); it was stopped"
                 )
                 self._force(job, row, track, "memory_limit", message)
+                return
+        gpu_mb = limits.gpu_memory_limit_mb
+        if gpu_mb and self._device_memory is not None and not track.stopping:
+            held = self._device_memory(job.pid)
+            if held is not None and held[1] > gpu_mb * 2**20:
+                message = (
+                    f"The tool {tool!r} exceeded its GPU memory limit of {gpu_mb} MiB "
+                    f"({held[1] / 2**20:.0f} MiB on GPU {held[0]}); it was stopped"
+                )
+                self._force(job, row, track, "gpu_memory_limit", message)
                 return
         if hard and track.run_s > hard and not track.stopping:
             message = f"The tool {tool!r} exceeded its time limit of {hard:g} s; it was stopped"

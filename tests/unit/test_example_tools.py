@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 from mcp_celery_tasks.testing import ToolRun, run_tool
+from mcp_celery_tasks.tools.registry import get_tool
 from workers.example import count_words
+from workers.model_files import principal_folder
 from workers.search_logs import search_logs
 from workers.summarize import summarize_file
 from workers.train_model import _ask_overwrite, train_model
@@ -147,21 +149,63 @@ def test_search_logs_refuses_what_re2_cannot_run_and_says_why(dirs: Dirs, patter
 # ---- train_model ---------------------------------------------------------------------------------
 
 
-def test_train_model_writes_the_named_model_under_the_models_directory(dirs: Dirs) -> None:
+def mine(dirs: Dirs, principal: str = "anon") -> Path:
+    """The models folder of ``principal`` (``run_tool`` calls as ``anon``)."""
+    return dirs.models / principal_folder(principal)
+
+
+def test_train_model_writes_the_named_model_under_the_callers_models_folder(dirs: Dirs) -> None:
     trained = result(train_model, model="runs/moons", epochs=2, samples=50)
     assert trained["model"] == "runs/moons.npz"
-    assert trained["model_path"] == str(dirs.models / "runs" / "moons.npz")
-    with np.load(dirs.models / "runs" / "moons.npz") as weights:
+    assert trained["model_path"] == str(mine(dirs) / "runs" / "moons.npz")
+    with np.load(mine(dirs) / "runs" / "moons.npz") as weights:
         assert sorted(weights.files) == ["b1", "b2", "w1", "w2"]
-    assert os.listdir(dirs.models / "runs") == ["moons.npz"]
+    assert os.listdir(mine(dirs) / "runs") == ["moons.npz"]
+
+
+def test_principals_never_share_a_models_folder() -> None:
+    folders = {
+        principal_folder(p) for p in ("anon", "token:a/b", "token:a_b", "jwt:https://x#1", "jwt:https://x#2")
+    }
+    assert len(folders) == 5
+    assert all("/" not in f and f not in (".", "..") and not f.startswith(".") for f in folders)
+
+
+def test_one_principal_cannot_replace_or_reach_anothers_model(dirs: Dirs) -> None:
+    bob = mine(dirs, "token:bob")
+    bob.mkdir(parents=True)
+    (bob / "m.npz").write_bytes(b"bob's model")
+    # Alice's "m" is her own file: no question about bob's, and bob's stays.
+    alice = run_tool(
+        train_model, {"model": "m", "epochs": 1, "samples": 10}, capabilities={}, principal="token:alice"
+    )
+    assert not alice.is_error and alice.structured["model_path"] == str(mine(dirs, "token:alice") / "m.npz")
+    for reach in (f"../{bob.name}/m", str(bob / "m.npz")):
+        run = run_tool(
+            train_model,
+            {"model": reach, "epochs": 1, "samples": 10},
+            capabilities={},
+            preflight={"overwrite": {"action": "accept", "content": {}}},
+            principal="token:alice",
+        )
+        assert run.is_error and "cannot write" in str(run.result), run.result
+    assert (bob / "m.npz").read_bytes() == b"bob's model"
+    assert _ask_overwrite({"model": "m"}, "token:bob") is not None  # bob is asked about his own
+
+
+def test_train_model_refuses_work_above_its_bound_before_training(dirs: Dirs) -> None:
+    run = called(train_model, model="big", epochs=1_000_000, samples=1_000_000)
+    assert run.is_error and run.reports == [] and "more than one call may train" in str(run.result)
+    spec = get_tool("train_model")
+    assert spec is not None and spec.time_limit == 15 * 60
 
 
 @pytest.mark.parametrize("model", ["/tmp/escape", "../escape", "runs/../../escape", "", "linked/escape"])
 def test_train_model_refuses_names_outside_the_models_directory_before_training(
     dirs: Dirs, model: str
 ) -> None:
-    dirs.models.mkdir()
-    (dirs.models / "linked").symlink_to(dirs.outside)
+    mine(dirs).mkdir(parents=True)
+    (mine(dirs) / "linked").symlink_to(dirs.outside)
     run = called(train_model, model=model, epochs=3, samples=50)
     assert run.is_error and run.reports == []  # no epoch ran
     assert sorted(os.listdir(dirs.outside)) == ["secret.txt"]
@@ -169,8 +213,8 @@ def test_train_model_refuses_names_outside_the_models_directory_before_training(
 
 
 def test_train_model_replaces_an_existing_model_only_with_consent_and_a_decline_keeps_it(dirs: Dirs) -> None:
-    dirs.models.mkdir()
-    (dirs.models / "m.npz").write_bytes(b"previous model")
+    mine(dirs).mkdir(parents=True)
+    (mine(dirs) / "m.npz").write_bytes(b"previous model")
     # Without an answer to its ask_first question (the file appeared after the call was checked):
     assert "nobody agreed" in refused(train_model, {}, model="m", epochs=1, samples=10)
     for answer in (
@@ -180,18 +224,18 @@ def test_train_model_replaces_an_existing_model_only_with_consent_and_a_decline_
     ):
         kept = result(train_model, {"overwrite": answer}, model="m", epochs=1, samples=10)
         assert kept["kept_existing"] is True and "kept the existing model m.npz" in kept["message"]
-        assert (dirs.models / "m.npz").read_bytes() == b"previous model"
+        assert (mine(dirs) / "m.npz").read_bytes() == b"previous model"
     # accepting is the consent
     result(train_model, {"overwrite": {"action": "accept", "content": {}}}, model="m", epochs=1, samples=10)
-    with np.load(dirs.models / "m.npz") as weights:
+    with np.load(mine(dirs) / "m.npz") as weights:
         assert "w1" in weights.files
 
 
 def test_the_overwrite_question_uses_the_workers_resolution(
     dirs: Dirs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dirs.models.mkdir()
-    (dirs.models / "m.npz").write_bytes(b"previous model")
+    mine(dirs).mkdir(parents=True)
+    (mine(dirs) / "m.npz").write_bytes(b"previous model")
     question = _ask_overwrite({"model": "m"})
     assert question is not None and question.message.startswith("m.npz already exists")
     assert _ask_overwrite({"model": "m.npz"}) is not None

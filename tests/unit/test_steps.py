@@ -28,6 +28,7 @@ from mcp_celery_tasks.telemetry import metrics
 from mcp_celery_tasks.testing import MemoryInbox, MemoryStore, Row, run_tool
 from mcp_celery_tasks.tools.context import TaskContext as Context
 from mcp_celery_tasks.worker.runner import JobRunner
+from workers.model_files import principal_folder
 from workers.train_model import train_model
 
 PREFIX = "unit_steps_"
@@ -327,7 +328,7 @@ def test_train_model_resumes_after_its_last_checkpoint_and_trains_as_if_never_st
     arguments = {"model": "m", "epochs": 6, "samples": 200}
     whole = run_tool(train_model, arguments)
     assert not whole.is_error, whole.text
-    (tmp_path / "m.npz").unlink()
+    (tmp_path / principal_folder("anon") / "m.npz").unlink()  # the caller's models folder
     # The same task run twice: the first run stops after its third checkpoint.
     store = MemoryStore()
     row = store.add("train_model", arguments)

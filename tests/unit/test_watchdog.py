@@ -303,3 +303,36 @@ def test_the_next_tick_comes_when_a_cancel_grace_ends(clock: list[float], procs:
     rows.rows.clear()
     made.tick([RunningJob("j", 1), RunningJob("k", 2)])
     assert made.next_due_s is None
+
+
+@tool(name="w_gpu", gpu_memory_limit_mb=1024)
+def w_gpu() -> None:
+    """A tool with a device memory limit."""
+
+
+def test_device_memory_over_the_tools_gpu_limit_ends_the_task(
+    clock: list[float], procs: dict[int, Any]
+) -> None:
+    rows = Rows()
+    rows.row("j", tool="w_gpu")
+    procs[1] = ("R", 0)
+    held = {1: ("3", 1000 * 2**20)}
+    terminated: list[str] = []
+    settings = Settings(cancel_grace_seconds=5.0, tool_memory_limit_mb=0, tool_time_limit_seconds=0)
+    made = Watchdog(rows, settings, terminate=terminated.append, signal_soft_limit=lambda pid: None,
+                    hostname=HOST, device_memory=held.get)  # fmt: skip
+    made.tick([RunningJob("j", 1)])
+    assert terminated == []
+    held[1] = ("3", 1100 * 2**20)
+    made.tick([RunningJob("j", 1)])
+    assert rows.forced == [("task-j", "gpu_memory_limit")] and terminated == ["j"]
+
+
+def test_without_a_device_measure_only_rss_is_checked(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    rows.row("j", tool="w_gpu")
+    procs[1] = ("R", 0)
+    made, terminated, _ = dog(rows)  # no NVML: no device_memory
+    made.tick([RunningJob("j", 1)])
+    made.tick([RunningJob("j", 1)])
+    assert rows.forced == [] and terminated == []

@@ -199,7 +199,7 @@ SHOW_FIELDS = (
     "task_id", "job_id", "display_status", "tool_name", "owner", "queue", "status_message",
     "place_in_line", "created_at", "dispatched_at", "started_at", "finished_at", "wait_before_start",
     "runtime", "attempts", "max_attempts", "redeliveries", "suspensions", "suspended_at", "resumed_at",
-    "worker", "lease_until", "expires_at", "arguments",
+    "worker", "device", "lease_until", "expires_at", "arguments",
     "preflight", "result", "error", "error_kind", "error_message", "stop_reason",
 )  # fmt: skip
 
