@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import uuid
@@ -15,6 +16,7 @@ from mcp_celery_tasks.broker.celery_app import create_app
 from mcp_celery_tasks.broker.channel import Inbox, send_wake
 from mcp_celery_tasks.settings import Settings
 from tests import support
+from tests.support import wait_until
 
 
 def app_for(broker_url: str) -> Any:
@@ -104,3 +106,14 @@ def test_a_wake_up_costs_one_push_and_no_acknowledgement_on_redis(inbox: Inbox, 
     assert commands.count("PEXPIRE") >= 3, commands
     # The waiter consumes with no_ack: no unacked bookkeeping on its path.
     assert redis_commands_on("unacked", lambda: inbox.wait("t2", 5.0)) == []
+
+
+def test_a_wake_up_names_the_job_and_never_the_task(broker_url: str, inbox: Inbox) -> None:
+    # Task ids are bearer-like: broker tooling (management UIs, MONITOR, dumps) shows message
+    # bodies, so a wake-up carries the job id only.
+    app = app_for(broker_url)
+    send_wake(app, inbox.name, "job-4711")
+    with app.connection_for_write() as conn:
+        message = wait_until(lambda: conn.default_channel.basic_get(inbox.name, no_ack=True), 5, 0.05)
+        body = json.loads(message.body)
+    assert body == {"type": "wake", "job_id": "job-4711"}
