@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from mcp_celery_tasks.json_types import JSONValue
 from mcp_celery_tasks.terminal import plain, plain_json
 
 
@@ -36,5 +37,5 @@ def test_line_breaks_are_spaces_in_a_cell_and_kept_on_request() -> None:
 
 
 def test_every_string_of_a_json_value_is_plain_keys_included() -> None:
-    value = {"\x1b[31mkey": ["\x1b]0;t\x07v", 1, None, {"n": "line\nbreak"}]}
+    value: JSONValue = {"\x1b[31mkey": ["\x1b]0;t\x07v", 1, None, {"n": "line\nbreak"}]}
     assert plain_json(value) == {"key": ["v", 1, None, {"n": "line\nbreak"}]}
