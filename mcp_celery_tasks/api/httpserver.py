@@ -147,6 +147,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def _count(self, client: str) -> None:
+        self._uncount()  # a pipelined request behind a proxy replaces the one before it
         _open_per_client[client] += 1
         self._counted = client
 
