@@ -14,6 +14,7 @@ import redis
 
 from mcp_celery_tasks.broker.celery_app import create_app
 from mcp_celery_tasks.broker.channel import Inbox, send_wake
+from mcp_celery_tasks.cli.admin.tasks import _notify_broker
 from mcp_celery_tasks.settings import Settings
 from tests import support
 from tests.support import wait_until
@@ -117,3 +118,10 @@ def test_a_wake_up_names_the_job_and_never_the_task(broker_url: str, inbox: Inbo
         message = wait_until(lambda: conn.default_channel.basic_get(inbox.name, no_ack=True), 5, 0.05)
         body = json.loads(message.body)
     assert body == {"type": "wake", "job_id": "job-4711"}
+
+
+def test_an_operator_cancel_wakes_by_job_id(broker_url: str, inbox: Inbox) -> None:
+    # `tasks cancel` of a job waiting for input wakes it the way tasks/cancel does: by job id.
+    settings = Settings(database_url=support.dsn_for("unused"), broker_url=broker_url)
+    assert _notify_broker(settings, "job-0815", inbox.name) is None
+    assert inbox.wait("job-0815", 5.0)
