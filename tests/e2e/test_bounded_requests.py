@@ -251,6 +251,14 @@ def test_one_user_behind_the_proxy_cannot_lock_out_the_others(proxied: str) -> N
         assert _request(port, ["X-Forwarded-For: 203.0.113.8"], PROXY) == 200
         # The user's own X-Forwarded-For (the proxy appends the real address) changes nothing.
         assert _request(port, ["X-Forwarded-For: 203.0.113.8, 203.0.113.7"], PROXY) == 503
+        # A proxy keeps its upstream connections open between requests: once answered, a
+        # request no longer counts for its client, however long the connection idles.
+        for _ in range(4):
+            kept = _connect(port, PROXY)
+            held.append(kept)
+            kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 198.51.100.4\r\n\r\n")
+            assert _status(kept) == 200
+        assert _request(port, ["X-Forwarded-For: 198.51.100.4"], PROXY) == 200
         # From a peer that is not a trusted proxy the header is ignored: the peer is capped.
         held += [_connect(port, "127.0.0.4") for _ in range(4)]
         assert _request(port, ["X-Forwarded-For: 203.0.113.9"], "127.0.0.4") is None
