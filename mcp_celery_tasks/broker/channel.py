@@ -289,12 +289,12 @@ class Publisher:
 
 
 class Inbox:
-    """One worker process's inbox queue: wake-ups for the tasks it waits on.
+    """One worker process's inbox queue: wake-ups for the jobs it waits on (by job id).
 
     A wake-up is a hint: the waiter re-reads its row. So wake-ups are consumed without
     acknowledgement (``no_ack``): on Redis that takes the unacked bookkeeping off the wake-up's
     path (0.55 → 0.39 ms p50 from publish to the waiter returning, idle machine), and a hint
-    lost with a dying process costs nothing. Wake-ups for other tasks (left over from an
+    lost with a dying process costs nothing. Wake-ups for other jobs (left over from an
     earlier wait) are ignored. A broker error drops the connection and is raised as
     ``BrokerUnreachable``: the runtime then polls the row until the broker is back, and the next
     call connects again.
