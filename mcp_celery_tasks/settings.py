@@ -19,13 +19,19 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from mcp_celery_tasks.json_types import JSONValue
 
-__all__ = ["API_ONLY_SECRETS", "Settings", "get_settings", "markdown_table"]
+__all__ = ["API_ONLY_SECRETS", "Settings", "api_only_variables", "get_settings", "markdown_table"]
 
 PREFIX = "MCP_TASKS_"
 
-API_ONLY_SECRETS = ("secret_keys", "auth_tokens", "jwt_public_key")
+API_ONLY_SECRETS = ("secret_keys", "auth_tokens", "jwt_public_key", "metrics_token")
 """Settings only the API process uses: workers, beat and admin commands never need them, so
 ``worker`` drops them from its environment (a tool could otherwise read them)."""
+
+
+def api_only_variables(environ: typing.Mapping[str, str]) -> list[str]:
+    """The variables of ``environ`` that carry an API-only secret (or name its file), sorted."""
+    names = {f"{PREFIX}{name.upper()}" for name in API_ONLY_SECRETS}
+    return sorted(k for k in environ if k in names or k.removesuffix("_FILE") in names)
 
 
 class FileSecretsSource(PydanticBaseSettingsSource):
@@ -217,6 +223,17 @@ class Settings(BaseSettings):
     max_inflight_body_bytes: int = 64 * 1_048_576
     """Bytes of large request bodies (over 64 KiB) one API process reads and parses at once;
     more wait their turn (HTTP 503 after 10 s). Small requests never wait."""
+    max_inflight_body_bytes_per_principal: int = 16 * 1_048_576
+    """The share of ``max_inflight_body_bytes`` one principal may hold at once (unauthenticated
+    callers: one client address), so one slow sender cannot take the whole budget."""
+    body_read_timeout_seconds: float = 30.0
+    """A request body must arrive whole within this long after its head (HTTP 408 otherwise):
+    a trickling body holds its share of the budget no longer than this."""
+    max_header_count: int = 100
+    """Most header lines one request head may carry (HTTP 431 above), checked before anything
+    else runs."""
+    max_header_bytes: int = 65_536
+    """Largest request head (request line and headers) in bytes (HTTP 431 above)."""
     max_json_containers: int = 20_000
     """Most JSON objects and arrays one request body may hold: bounds the memory and time of
     parsing it (a 1 MB body of ``[{},{},…]`` would be 200,000 Python dicts)."""
@@ -226,8 +243,16 @@ class Settings(BaseSettings):
     """Open HTTP connections per API process; more are closed at once (HTTP 503 is not
     possible before a request). Keep it below the process's file-descriptor limit."""
     max_connections_per_client: int = 512
-    """Open connections per client IP address per API process (loopback included; behind a
-    reverse proxy every client is the proxy: limit per client there, see deploy/)."""
+    """Open connections per client IP address per API process (loopback included). A peer in
+    ``trusted_proxies`` is not capped itself: its requests in progress are, per forwarded
+    client address."""
+    trusted_proxies: list[str] = Field(default_factory=list)
+    """Reverse proxies (addresses or CIDRs, e.g. ``["10.0.0.0/8"]``) whose ``forwarded_header``
+    names the real client; from any other peer the header is ignored. Empty: trust none."""
+    forwarded_header: typing.Literal["x-forwarded-for", "forwarded"] = "x-forwarded-for"
+    """Which header a trusted proxy writes the client address to (``X-Forwarded-For`` as nginx
+    sets it, or RFC 7239 ``Forwarded``); only this one is read, so a client cannot pass the
+    other one through the proxy to choose its address."""
     session_idle_seconds: float = 3600.0
     """A 2025-11-25 session unused this long expires (its client initializes again)."""
     session_max_age_seconds: float = 7 * 86_400.0
@@ -332,6 +357,9 @@ class Settings(BaseSettings):
     metrics_enabled: bool = True
     """The API serves ``/metrics`` and times every request; off, ``/metrics`` is not found and
     requests are only logged (measured cost: a few µs per request)."""
+    metrics_token: str | None = None
+    """Bearer token that reads ``/metrics`` from anywhere. Unset, ``/metrics`` answers only
+    clients on a loopback address (behind a trusted proxy: the forwarded client), 403 to others."""
     worker_metrics_port: int | None = None
     """Port where a worker serves its (prefork-merged) Prometheus metrics; off when unset."""
 

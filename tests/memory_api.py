@@ -162,7 +162,7 @@ class MemoryApiStore:
             row.last_updated_at = _now()
         else:
             self._move(row, "working")
-        return AnswerOutcome(answered, row.inbox, row.status)
+        return AnswerOutcome(answered, row.inbox, row.status, job_id=row.task.job_id)
 
     async def request_cancel(self, task_id: str, owner: str, message: str | None = None) -> CancelOutcome:
         row = self.rows.get(task_id)
@@ -268,8 +268,8 @@ class RecordingPublisher:
         self.jobs.append((job_id, queue_name))
         self.headers.append(headers)
 
-    def wake(self, inbox: str, task_id: str) -> None:
-        self.wakes.append((inbox, task_id))
+    def wake(self, inbox: str, job_id: str) -> None:
+        self.wakes.append((inbox, job_id))
 
     def revoke(self, job_id: str) -> None:
         self.revokes.append(job_id)

@@ -26,6 +26,7 @@ __all__ = [
     "Busy",
     "Disconnected",
     "Refused",
+    "TooSlow",
     "header_value",
     "parsed_body",
     "read_body",
@@ -50,6 +51,10 @@ class Disconnected(Exception):
     """The client went away before its whole body arrived."""
 
 
+class TooSlow(Exception):
+    """The body did not arrive whole within ``body_read_timeout_seconds`` (HTTP 408)."""
+
+
 class Refused(Exception):
     """The request is answered before dispatch (too large, not JSON, not storable)."""
 
@@ -62,29 +67,43 @@ class Refused(Exception):
 
 class BodyBudget:
     """Bytes of large request bodies read and parsed at once in this process: concurrent large
-    bodies wait for each other instead of taking the memory they would expand to."""
+    bodies wait for each other instead of taking the memory they would expand to.
 
-    def __init__(self, limit: int) -> None:
+    Each holder (a principal; for unauthenticated callers a client address) may hold at most
+    ``share`` of it: 64 bodies trickled in by one principal fill its share, never the process's
+    budget, so another principal's large request is still read at once.
+    """
+
+    def __init__(self, limit: int, share: int | None = None) -> None:
         self.limit = limit
+        self.share = min(share or limit, limit)
         self.used = 0
+        self.held: dict[str, int] = {}
         self._freed = asyncio.Condition()
 
+    def _fits(self, holder: str, size: int) -> bool:
+        return self.used + size <= self.limit and self.held.get(holder, 0) + size <= self.share
+
     @contextlib.asynccontextmanager
-    async def reserve(self, size: int) -> AsyncIterator[None]:
-        size = min(size, self.limit)
+    async def reserve(self, size: int, holder: str = "") -> AsyncIterator[None]:
+        size = min(size, self.share)
         async with self._freed:
             try:
-                await asyncio.wait_for(
-                    self._freed.wait_for(lambda: self.used + size <= self.limit), BUDGET_WAIT_S
-                )
+                await asyncio.wait_for(self._freed.wait_for(lambda: self._fits(holder, size)), BUDGET_WAIT_S)
             except TimeoutError:
                 raise Busy from None
             self.used += size
+            self.held[holder] = self.held.get(holder, 0) + size
         try:
             yield
         finally:
             async with self._freed:
                 self.used -= size
+                left = self.held[holder] - size
+                if left:
+                    self.held[holder] = left
+                else:
+                    del self.held[holder]
                 self._freed.notify_all()
 
 
@@ -139,22 +158,42 @@ def _no_constants(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")  # NaN and Infinity are JavaScript, not JSON
 
 
-_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+class _DuplicateKey(Exception):
+    """A JSON object names one key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, JSONValue]]) -> dict[str, JSONValue]:
+    # RFC 8259 leaves duplicate names to the parser: Python keeps the last, some proxies and
+    # gateways the first. A request that means two things to two parsers is refused instead.
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise _DuplicateKey(repeated)
+    return obj
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constants, object_pairs_hook=_unique_keys)
 
 
 async def parsed_body(
-    receive: Receive, declared: str | None, settings: Settings, budget: BodyBudget
+    receive: Receive, declared: str | None, settings: Settings, budget: BodyBudget, holder: str = ""
 ) -> JSONValue:
     """The JSON body, refused (``Refused``) when too large, not JSON or not storable. A body that
     declares more than ``LARGE_BODY`` bytes (or declares nothing) is read and parsed within
-    ``budget`` (``Busy`` when it stays full)."""
+    ``holder``'s share of ``budget`` (``Busy`` when it stays full). The body must arrive within
+    ``body_read_timeout_seconds`` (``TooSlow``)."""
     size = int(declared) if declared is not None and declared.isdigit() else settings.max_body_bytes
-    async with budget.reserve(size) if size > LARGE_BODY else contextlib.nullcontext():
+    async with budget.reserve(size, holder) if size > LARGE_BODY else contextlib.nullcontext():
         return await _parse(receive, declared, settings)
 
 
 async def _parse(receive: Receive, declared: str | None, settings: Settings) -> JSONValue:
-    raw = await read_body(receive, declared, settings.max_body_bytes)
+    try:
+        async with asyncio.timeout(settings.body_read_timeout_seconds):
+            raw = await read_body(receive, declared, settings.max_body_bytes)
+    except TimeoutError:
+        raise TooSlow from None
     if raw is None:
         raise Refused(413, InvalidRequest(f"Request body larger than {settings.max_body_bytes} bytes"))
     # An upper bound of the objects and arrays parsing would build (braces inside strings count
@@ -168,6 +207,11 @@ async def _parse(receive: Receive, declared: str | None, settings: Settings) -> 
         body: JSONValue = _DECODER.decode(raw.decode("utf-8-sig"))  # RFC 8259: UTF-8; a BOM may be ignored
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise Refused(400, ParseError("Parse error: the body is not valid JSON")) from None
+    except _DuplicateKey as duplicate:
+        named = json.dumps(str(duplicate))[:100]
+        raise Refused(
+            400, InvalidRequest(f"Invalid request: the key {named} appears twice in one object")
+        ) from None
     problem = rpc.unstorable(body)
     if problem is not None:
         raw_id = body.get("id") if isinstance(body, dict) else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import ipaddress
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from mcp_celery_tasks.api import compose as composition
 from mcp_celery_tasks.api import intake
-from mcp_celery_tasks.api.auth import METADATA_PATH, Authenticator, Unauthorized
+from mcp_celery_tasks.api.auth import ANONYMOUS, METADATA_PATH, Authenticator, Unauthorized
 from mcp_celery_tasks.errors import (
     InfrastructureError,
     InternalError,
@@ -105,8 +106,13 @@ async def _handle(
     settings = services.settings
     quotas = services.tasks.quotas
     limits = await quotas.limits(principal)
+    # Unauthenticated callers share one principal: their share of the body budget is per client
+    # address instead (the forwarded one behind a trusted proxy: httpserver sets it in the scope).
+    holder = principal if principal != ANONYMOUS else f"{ANONYMOUS}@{_client_host(request)}"
     with quotas.request(principal, limits):
-        body = await intake.parsed_body(request.receive, headers.get("content-length"), settings, budget)
+        body = await intake.parsed_body(
+            request.receive, headers.get("content-length"), settings, budget, holder
+        )
         return await dispatch.dispatch(services, body, intake.rpc_headers(headers), principal)
 
 
@@ -129,12 +135,15 @@ def create_server(settings: Settings) -> FastAPI:
     app = _app(settings)
     # The hot path is a plain Starlette route: the JSON-RPC body is parsed and validated by
     # dispatch, so FastAPI's per-request dependency solving and query parsing would buy nothing.
-    post = _McpPost(settings, authenticator, intake.BodyBudget(settings.max_inflight_body_bytes))
+    budget = intake.BodyBudget(
+        settings.max_inflight_body_bytes, settings.max_inflight_body_bytes_per_principal
+    )
+    post = _McpPost(settings, authenticator, budget)
     app.router.routes.append(Route("/mcp", _Endpoint(post), methods=["POST"]))
     _session_routes(app, authenticator)
     _health_routes(app, migrate.head_revision())
     if settings.metrics_enabled:
-        app.add_api_route("/metrics", _prometheus, methods=["GET"])
+        app.add_api_route("/metrics", _Prometheus(settings.metrics_token), methods=["GET"])
     return app
 
 
@@ -197,6 +206,11 @@ class _McpPost:
             return _error(503, busy, **{"Retry-After": "1"})
         except intake.Refused as refused:
             return _error(refused.status, refused.error, refused.request_id)
+        except intake.TooSlow:
+            slow = InvalidRequest(
+                f"Request body not received within {self.settings.body_read_timeout_seconds} s"
+            )
+            return _error(408, slow, Connection="close")
         except intake.Disconnected:
             return Response(status_code=499)  # nobody reads it: the client left mid-body
         return await _respond(services, reply, headers, request)
@@ -285,8 +299,35 @@ def _health_routes(app: FastAPI, head: str | None) -> None:
         return _json(200 if ready else 503, {"ready": ready, "checks": checks})
 
 
-async def _prometheus() -> Response:
-    return Response(metrics.render(), media_type=metrics.CONTENT_TYPE_LATEST)
+def _client_host(request: Request) -> str:
+    return request.client.host if request.client else "?"
+
+
+class _Prometheus:
+    """GET /metrics: for loopback clients (a scraper beside the process, or through a port
+    forward), or anyone presenting ``metrics_token``. The counters name tools, queues and load;
+    nothing a caller of the MCP endpoint needs, and a public page for an attacker's timing."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    async def __call__(self, request: Request) -> Response:
+        if not self._allowed(request):
+            return Response(status_code=403)
+        return Response(metrics.render(), media_type=metrics.CONTENT_TYPE_LATEST)
+
+    def _allowed(self, request: Request) -> bool:
+        presented = request.headers.get("authorization", "")
+        if self.token is not None:
+            scheme, _, token = presented.partition(" ")
+            if scheme.lower() == "bearer" and hmac.compare_digest(
+                token.strip().encode(), self.token.encode()
+            ):
+                return True
+        try:
+            return ipaddress.ip_address(_client_host(request)).is_loopback
+        except ValueError:
+            return False
 
 
 def from_environment() -> FastAPI:

@@ -104,8 +104,8 @@ class FairPublisher:
                     self._headers.popitem(last=False)
         self._poke.set()
 
-    def wake(self, inbox: str, task_id: str) -> None:
-        self._broker_thread.wake(inbox, task_id)
+    def wake(self, inbox: str, job_id: str) -> None:
+        self._broker_thread.wake(inbox, job_id)
 
     def revoke(self, job_id: str) -> None:
         self._broker_thread.revoke(job_id)

@@ -81,10 +81,9 @@ def _drop_api_secrets() -> None:
     environment a process started with (``os.environ.pop`` does not change it): so the worker
     starts again, with the API-only variables gone, before anything else happens.
     """
-    from mcp_celery_tasks.settings import API_ONLY_SECRETS
+    from mcp_celery_tasks.settings import api_only_variables
 
-    names = {f"MCP_TASKS_{name.upper()}" for name in API_ONLY_SECRETS}
-    found = sorted(k for k in os.environ if k in names or k.removesuffix("_FILE") in names)
+    found = api_only_variables(os.environ)
     if not found:
         return
     typer.echo(f"worker: not keeping {', '.join(found)} (only the API needs them)", err=True)

@@ -50,6 +50,7 @@ from mcp_celery_tasks.client.protocol import (
 from mcp_celery_tasks.client.stopping import Stopped, signals_stop
 from mcp_celery_tasks.client.view import duration, heard_from_tool, live_status, print_tools, show_result
 from mcp_celery_tasks.json_types import JSONObject, as_object
+from mcp_celery_tasks.terminal import plain
 
 __all__ = ["check_call", "parse_args", "run_call", "run_tools"]
 
@@ -61,8 +62,13 @@ EXIT_INTERRUPTED = 130
 CAPABILITIES: JSONObject = {"elicitation": {}, "sampling": {}, "roots": {}}
 
 
+def _shown(value: object) -> str:
+    """A value from the server or a tool inside a markup line: controls stripped, markup escaped."""
+    return escape(plain(value))
+
+
 def _error(console: Console, message: str) -> None:
-    console.print(f"[red]error[/red]: {escape(message)}", soft_wrap=True)
+    console.print(f"[red]error[/red]: {escape(plain(message, newlines=True))}", soft_wrap=True)
 
 
 def _exit_code(exc: ClientError) -> int:
@@ -179,7 +185,7 @@ def _run(call: _Call, tool: str | None, texts: dict[str, str], resume: str | Non
     except ClientError as exc:
         _error(err, _client_message(exc))
         if call.task_id is not None and isinstance(exc, ServerUnavailable):
-            err.print(f"the task may still be running: mcp-celery-tasks call --resume {call.task_id}")
+            err.print(f"the task may still be running: mcp-celery-tasks call --resume {_shown(call.task_id)}")
         return _exit_code(exc)
     finally:
         call.client.close()
@@ -251,9 +257,8 @@ class _Call:
         self.task_id = str(result["taskId"])
         self.store.add(self.task_id, self.client.url, name)
         if not self.as_json:
-            self.err.print(
-                f"task {self.task_id} (resume with: mcp-celery-tasks call --resume {self.task_id})"
-            )
+            shown = _shown(self.task_id)
+            self.err.print(f"task {shown} (resume with: mcp-celery-tasks call --resume {shown})")
         return self._finish(self._follow(result), cancelled_here=False)
 
     def resume(self, task_id: str, *, url_given: bool) -> int:
@@ -277,7 +282,8 @@ class _Call:
         def show(current: JSONObject) -> None:
             self._seen(current)
             message = live_status(current, heard=self.heard)
-            spinner.update(text=Text(f"{current['status']}  {duration(self.clock.elapsed())}  {message}"))
+            line = f"{current['status']}  {duration(self.clock.elapsed())}  {message}"
+            spinner.update(text=Text(plain(line)))
 
         with Live(spinner, console=self.err, refresh_per_second=8, transient=True) as live:
             self.live = live
@@ -300,7 +306,7 @@ class _Call:
             self.client.cancel(self.task_id)
             final = self._wait_terminal(self.task_id)
         except KeyboardInterrupt:
-            self.err.print(f"stopped waiting; the task is being cancelled ({self.task_id})")
+            self.err.print(f"stopped waiting; the task is being cancelled ({_shown(self.task_id)})")
             return EXIT_INTERRUPTED
         except ClientError as exc:
             _error(self.err, f"could not cancel task {self.task_id}: {_client_message(exc)}")
@@ -313,8 +319,8 @@ class _Call:
         if self.as_json:
             print(json.dumps(self.last or {"taskId": task_id}, indent=2, ensure_ascii=False))
         self.err.print(
-            f"\n{said}left task {task_id} running (--detach); "
-            f"follow it with: mcp-celery-tasks call --resume {task_id}",
+            f"\n{said}left task {_shown(task_id)} running (--detach); "
+            f"follow it with: mcp-celery-tasks call --resume {_shown(task_id)}",
             soft_wrap=True,
         )
         return EXIT_INTERRUPTED
@@ -347,12 +353,12 @@ class _Call:
         if status == "failed":
             error = as_object(task.get("error"))
             detail = f"{error.get('message')} ({error.get('code')})"
-            self._status(f"[red]failed[/red] after {elapsed}: {escape(detail)}")
+            self._status(f"[red]failed[/red] after {elapsed}: {_shown(detail)}")
             return EXIT_TASK_FAILED
         if status == "cancelled":
             self._status(f"[yellow]cancelled[/yellow] after {elapsed}")
             return EXIT_INTERRUPTED if cancelled_here else EXIT_TASK_FAILED
-        self._status(f"still {escape(str(status))} after {elapsed}; resume with --resume {self.task_id}")
+        self._status(f"still {_shown(status)} after {elapsed}; resume with --resume {_shown(self.task_id)}")
         return EXIT_INTERRUPTED if cancelled_here else EXIT_TASK_FAILED
 
     def _status(self, line: str) -> None:

@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.prompt import InvalidResponse, PromptBase
 
 from mcp_celery_tasks.json_types import JSONObject, JSONValue, as_array, as_object
+from mcp_celery_tasks.terminal import plain
 
 __all__ = ["Answerer", "AnswersError", "load_answers"]
 
@@ -171,11 +172,14 @@ class Answerer:
         else:
             return None  # not an input kind of the spec: nothing to decline it with
         self.declined.append(key)
-        self.console.print(f"declined {KIND[str(method)]} {json.dumps(key)}{question}: {why}", markup=False)
+        self.console.print(
+            plain(f"declined {KIND[str(method)]} {json.dumps(key)}{question}: {why}"), markup=False
+        )
         return answer
 
     def _form(self, params: JSONObject) -> JSONObject:
-        self.console.print(f"\n[bold]{escape(str(params.get('message') or 'The tool asks:'))}[/bold]")
+        message = plain(params.get("message") or "The tool asks:", newlines=True)
+        self.console.print(f"\n[bold]{escape(message)}[/bold]")
         choice = _Choice(self.console)()
         if choice != "accept":
             return {"action": choice}
@@ -195,7 +199,8 @@ class Answerer:
             if not isinstance(message, dict):
                 continue
             content = as_object(message.get("content"))
-            self.console.print(f"  {message.get('role')}: {content.get('text', content)}", markup=False)
+            said = plain(f"  {message.get('role')}: {content.get('text', content)}", newlines=True)
+            self.console.print(said, markup=False)
         text = _Field(self.console, "answer", {"title": "Your answer (you are the model)"}, True)()
         return {"role": "assistant", "content": {"type": "text", "text": text}, "model": "human"}
 
@@ -228,7 +233,7 @@ class _Field(PromptBase[JSONValue]):
         self.required = required or self.kind == "boolean"
         self.fallback = prop.get("default")
         label = str(prop.get("title") or prop.get("description") or name)
-        super().__init__(escape(label) + self._hint(), console=console)
+        super().__init__(escape(plain(label)) + self._hint(), console=console)
 
     def _hint(self) -> str:
         if self.kind == "boolean":
@@ -243,7 +248,7 @@ class _Field(PromptBase[JSONValue]):
             hint += f" ({self.fallback if isinstance(self.fallback, str) else json.dumps(self.fallback)})"
         elif not self.required:
             hint += " (optional)"
-        return escape(hint)
+        return escape(plain(hint))
 
     def process_response(self, value: str) -> JSONValue:
         typed = value.strip()
@@ -260,7 +265,7 @@ class _Field(PromptBase[JSONValue]):
         try:
             return self._parse(typed)
         except ValueError as exc:
-            raise InvalidResponse(f"[prompt.invalid]{escape(str(exc))}") from None
+            raise InvalidResponse(f"[prompt.invalid]{escape(plain(exc))}") from None
 
     def _parse(self, typed: str) -> JSONValue:
         if self.kind == "boolean":

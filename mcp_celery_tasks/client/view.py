@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mcp_celery_tasks.json_types import JSONObject, JSONValue, as_array, as_object
+from mcp_celery_tasks.terminal import plain, plain_json
 
 __all__ = [
     "arguments_text",
@@ -73,11 +74,14 @@ def print_tools(tools: list[JSONObject], *, as_json: bool) -> None:
 def _tools_table(tools: list[JSONObject], width: int) -> Table:
     """Names and modes in full, arguments wrapped, the description cut to what fits on the line."""
     rows = [
-        (
-            str(t["name"]),
-            task_mode(t) or "",
-            arguments_text(as_object(t.get("inputSchema"))),
-            (str(t.get("description") or "").strip().splitlines() or [""])[0],
+        tuple(
+            plain(cell)  # names, schemas and descriptions are the server's and its tools' text
+            for cell in (
+                str(t["name"]),
+                task_mode(t) or "",
+                arguments_text(as_object(t.get("inputSchema"))),
+                (str(t.get("description") or "").strip().splitlines() or [""])[0],
+            )
         )
         for t in sorted(tools, key=lambda t: str(t["name"]))
     ]
@@ -164,6 +168,7 @@ def show_result(out: Console, result: JSONObject) -> None:
     """A CallToolResult for a person: structured content indented (highlighted on a terminal)."""
 
     def show_json(value: JSONValue) -> None:
+        value = plain_json(value)  # a tool's strings: no escapes, no bidi overrides
         if out.is_terminal:
             out.print_json(data=value, ensure_ascii=False)
         else:
@@ -182,6 +187,6 @@ def show_result(out: Console, result: JSONObject) -> None:
             if value is not None:
                 show_json(value)
             else:
-                out.out(text, highlight=False)
+                out.out(plain(text, newlines=True), highlight=False)
         else:
-            out.out(_describe(block), highlight=False)
+            out.out(plain(_describe(block), newlines=True), highlight=False)

@@ -44,34 +44,61 @@ async def listen(services: Services, ctx: RequestContext, params: ListenParams) 
     limit = services.settings.max_subscription_task_ids
     if len(requested) > limit:
         raise InvalidParams(f"At most {limit} taskIds per subscription")
-    open_streams = services.subscriptions.get(ctx.principal, 0)
-    if open_streams >= services.settings.max_subscriptions_per_principal:
-        raise InvalidRequest(
-            f"At most {services.settings.max_subscriptions_per_principal} open subscriptions"
-        )
-    unique = list(dict.fromkeys(requested))
-    # Only ids that exist and belong to the caller are acknowledged (SPEC-CHECKLIST Q-21):
-    # a foreign id is treated exactly like an unknown one.
-    owned = {record.task_id for record in await services.tasks.owned(unique, ctx.principal)}
+    # The slot is taken here, with no await between the check and the count: 120 listens that
+    # all passed the check before any of them started streaming once opened 120 against 32.
+    slot = _Slot(services, ctx.principal)
+    try:
+        unique = list(dict.fromkeys(requested))
+        # Only ids that exist and belong to the caller are acknowledged (SPEC-CHECKLIST Q-21):
+        # a foreign id is treated exactly like an unknown one.
+        owned = {record.task_id for record in await services.tasks.owned(unique, ctx.principal)}
+    except BaseException:
+        slot.release()
+        raise
     accepted = [task_id for task_id in unique if task_id in owned]
-    return Stream(_counted(services, ctx.principal, _messages(services, ctx.principal, request_id, accepted)))
+    return Stream(_counted(slot, _messages(services, ctx.principal, request_id, accepted)))
 
 
-async def _counted(
-    services: Services, principal: str, messages: AsyncIterator[Message]
-) -> AsyncIterator[Message]:
-    services.subscriptions[principal] = services.subscriptions.get(principal, 0) + 1
-    metrics.hub_subscribers.inc()
+class _Slot:
+    """One of a principal's ``max_subscriptions_per_principal`` open streams, taken at once.
+
+    Released when its stream ends, and also when a stream that never started is dropped (the
+    client left before the response began: the generator's ``finally`` never runs, but the
+    generator and this slot are collected with the request)."""
+
+    def __init__(self, services: Services, principal: str) -> None:
+        self._services = services
+        self._principal = principal
+        self._held = False
+        cap = services.settings.max_subscriptions_per_principal
+        if services.subscriptions.get(principal, 0) >= cap:
+            raise InvalidRequest(f"At most {cap} open subscriptions")
+        services.subscriptions[principal] = services.subscriptions.get(principal, 0) + 1
+        self._held = True
+        metrics.hub_subscribers.inc()
+
+    def release(self) -> None:
+        if not self._held:
+            return
+        self._held = False
+        metrics.hub_subscribers.dec()
+        subscriptions = self._services.subscriptions
+        left = subscriptions.get(self._principal, 1) - 1
+        if left > 0:
+            subscriptions[self._principal] = left
+        else:
+            subscriptions.pop(self._principal, None)
+
+    def __del__(self) -> None:
+        self.release()
+
+
+async def _counted(slot: _Slot, messages: AsyncIterator[Message]) -> AsyncIterator[Message]:
     try:
         async for message in messages:
             yield message
     finally:
-        metrics.hub_subscribers.dec()
-        left = services.subscriptions.get(principal, 1) - 1
-        if left:
-            services.subscriptions[principal] = left
-        else:
-            services.subscriptions.pop(principal, None)
+        slot.release()
 
 
 async def _nothing(services: Services, request_id: RequestId | None) -> AsyncIterator[Message]:

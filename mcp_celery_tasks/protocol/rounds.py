@@ -19,7 +19,7 @@ from mcp_celery_tasks.tools.inputs import CAPABILITY_FOR, Elicit, validate_respo
 from mcp_celery_tasks.tools.registry import ToolSpec
 from mcp_celery_tasks.wire import InputRequired
 
-__all__ = ["RoundState", "input_required", "open_state", "preflight"]
+__all__ = ["RoundState", "input_required", "open_state", "preflight", "spend"]
 
 
 class RoundState(TypedDict, total=False):
@@ -30,6 +30,8 @@ class RoundState(TypedDict, total=False):
     k: Literal["pre", "task"]
     ans: JSONObject
     task: str
+    n: str
+    exp: int
 
 
 def open_state(
@@ -41,6 +43,12 @@ def open_state(
         return None
     opened = services.sealer.open(state, p=ctx.principal, t=spec.name, a=arguments_hash(arguments))
     return cast(RoundState, opened)
+
+
+def spend(services: Services, state: RoundState | None) -> None:
+    """The round advanced with ``state``: it is not usable again (a replay is -32602)."""
+    if state is not None:
+        services.sealer.spend(cast(JSONObject, state))
 
 
 def preflight(

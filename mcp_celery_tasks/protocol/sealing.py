@@ -4,6 +4,12 @@ The state is opaque to clients and bound to the principal, the tool and a hash o
 arguments, with an expiry; anything that does not open, or opens bound to something else,
 is refused with -32602. Keys come from ``MCP_TASKS_SECRET_KEYS`` (newest first); a server
 without one generates a key per process (fine for one process; ``dev`` persists one).
+
+Each state carries a random nonce and is usable once: the round that advances with it
+(``spend``) retires it, and a replay is -32602, so a captured state cannot start the same
+pre-task round's task twice. A retry that is refused (an invalid answer, another tool) does not
+spend it. The spent nonces live in the API process until their states expire: a replay sent
+to another replica within ``request_state_ttl_seconds`` is not caught.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import heapq
 import json
 import os
 import time
@@ -48,9 +55,13 @@ class Sealer:
         material = [_decode_key(k) for k in keys] or [os.urandom(32)]
         self._keys = {hashlib.sha256(k).hexdigest()[:8]: AESGCM(k) for k in material}
         self._current = next(iter(self._keys))
+        self._spent: set[str] = set()
+        self._expiring: list[tuple[float, str]] = []  # (exp, nonce): spent nonces, soonest first
 
     def seal(self, payload: Mapping[str, object], ttl_s: float) -> str:
-        body = json.dumps({**payload, "exp": int(time.time() + ttl_s)}, separators=(",", ":")).encode()
+        nonce_text = base64.urlsafe_b64encode(os.urandom(12)).decode()
+        sealed_payload = {**payload, "n": nonce_text, "exp": int(time.time() + ttl_s)}
+        body = json.dumps(sealed_payload, separators=(",", ":")).encode()
         nonce = os.urandom(12)
         sealed = self._keys[self._current].encrypt(nonce, body, self._current.encode())
         return f"{self._current}.{base64.urlsafe_b64encode(nonce + sealed).decode().rstrip('=')}"
@@ -72,4 +83,20 @@ class Sealer:
         for name, value in bound.items():
             if payload.get(name) != value:
                 raise InvalidParams("The requestState belongs to another request")
+        if payload.get("n") in self._spent:
+            raise InvalidParams("The requestState was already used; call the tool again")
         return payload
+
+    def spend(self, payload: JSONObject) -> None:
+        """Retire an opened state once its round advanced; -32602 if it already was (two
+        replays racing: no await between the check and the record, so one of them wins)."""
+        nonce, expires = payload.get("n"), payload.get("exp")
+        if not isinstance(nonce, str) or not isinstance(expires, int | float):
+            return  # sealed before states carried a nonce (a rolling upgrade): nothing to retire
+        now = time.time()
+        while self._expiring and self._expiring[0][0] < now:
+            self._spent.discard(heapq.heappop(self._expiring)[1])  # expired: open refuses it anyway
+        if nonce in self._spent:
+            raise InvalidParams("The requestState was already used; call the tool again")
+        self._spent.add(nonce)
+        heapq.heappush(self._expiring, (float(expires), nonce))

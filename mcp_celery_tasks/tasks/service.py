@@ -63,7 +63,7 @@ class Publisher(Protocol):
     """The broker operations of the API (one thread, never on the event loop)."""
 
     def publish_job(self, job_id: str, queue_name: str, headers: dict[str, str] | None = None) -> None: ...
-    def wake(self, inbox: str, task_id: str) -> None: ...
+    def wake(self, inbox: str, job_id: str) -> None: ...
     def revoke(self, job_id: str) -> None: ...
     def check_broker(self) -> concurrent.futures.Future[bool]: ...
 
@@ -313,8 +313,8 @@ class TaskService:
             if outcome.resumed and outcome.job_id and outcome.queue:
                 metrics.tasks_resumed.labels(record.tool_name).inc()
                 self._publisher.publish_job(outcome.job_id, outcome.queue, tracing.inject())
-            elif outcome.answered and outcome.inbox:
-                self._publisher.wake(outcome.inbox, record.task_id)
+            elif outcome.answered and outcome.inbox and outcome.job_id:
+                self._publisher.wake(outcome.inbox, outcome.job_id)
 
     async def cancel(self, task_id: str, principal: str, message: str | None = None) -> CancelOutcome:
         """The status turns cancelled at once (the spec allows it; the worker's late result is
@@ -324,7 +324,7 @@ class TaskService:
         if outcome.cancelled_now and outcome.job_id:
             metrics.cancels_requested.labels(outcome.tool or "unknown").inc()
             if outcome.wake_inbox:
-                self._publisher.wake(outcome.wake_inbox, task_id)
+                self._publisher.wake(outcome.wake_inbox, outcome.job_id)
             self._publisher.revoke(outcome.job_id)
         return outcome
 

@@ -388,7 +388,8 @@ class MemoryStore(MemorySteps):
 
 
 class MemoryInbox:
-    """The process's inbox: ``on_wait`` plays the client (answers, cancels) while a job waits."""
+    """The process's inbox: ``on_wait(task_id)`` plays the client (answers, cancels) while a job
+    waits."""
 
     def __init__(self, on_wait: Callable[[str], None] | None = None, name: str = "mcp.inbox.test") -> None:
         self.name = name
@@ -399,12 +400,12 @@ class MemoryInbox:
     def declare(self) -> None:
         self.declared += 1
 
-    def wait(self, task_id: str, timeout_s: float) -> bool:
+    def wait(self, job_id: str, timeout_s: float, task_id: str = "") -> bool:
         self.waits += 1
         if self._on_wait is None:
             time.sleep(min(timeout_s, 0.01))
             return False
-        self._on_wait(task_id)
+        self._on_wait(task_id or job_id)
         return True
 
 

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -39,7 +39,7 @@ from mcp_celery_tasks.broker.channel import Inbox
 from mcp_celery_tasks.broker.profiles import keep_emergency_dumps_out, profile_for
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.maintenance import gc
-from mcp_celery_tasks.settings import Settings, get_settings
+from mcp_celery_tasks.settings import Settings, api_only_variables, get_settings
 from mcp_celery_tasks.store import WorkerStore
 from mcp_celery_tasks.store.fleet import WorkerInfo
 from mcp_celery_tasks.telemetry import metrics, tracing
@@ -80,6 +80,7 @@ def inbox_factory(app: Celery) -> Callable[[], Inbox]:
 
 
 _stores: list[WorkerStore] = []
+_warned_about_secrets = False
 
 
 @signals.worker_process_init.connect
@@ -224,6 +225,11 @@ def install(
     stay as they are, and its own ``celery -A proj worker`` then runs MCP jobs beside its other
     tasks (the API publishes through the same app with ``MCP_TASKS_CELERY_APP``). ``tools`` are
     the tool modules (default: ``MCP_TASKS_TOOL_MODULES``). Calling it twice changes nothing.
+
+    Its worker should not hold the API's secrets (``MCP_TASKS_AUTH_TOKENS``,
+    ``MCP_TASKS_SECRET_KEYS``, ``MCP_TASKS_JWT_PUBLIC_KEY``, ``MCP_TASKS_METRICS_TOKEN``, or their
+    ``_FILE`` forms): tool code could read them from the process environment. The worker warns
+    once at start when it does; start it with them unset (``env -u MCP_TASKS_AUTH_TOKENS …``).
     """
     installed: WorkerStore | None = getattr(app, "_mcp_store", None)
     if installed is not None:
@@ -325,6 +331,7 @@ def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> Non
             else:
                 load_installed_tools(app)  # before the pool forks: children inherit them
             check_input_timeouts(app, settings)
+            warn_about_api_secrets(os.environ)
             claims.open_board()  # before the pool forks: children tell the watchdog their claims
             if settings.worker_gpus:
                 pinned.extend(_pin_children(sender, settings, prefork=prefork))
@@ -448,6 +455,29 @@ def _pin_children(worker: Any, settings: Settings, *, prefork: bool) -> tuple[st
         extra={"event": "worker.gpus", "devices": list(plan.devices), "table": str(table.path)},
     )  # fmt: skip
     return tuple(plan.devices)
+
+
+def warn_about_api_secrets(environ: Mapping[str, str]) -> bool:
+    """Warn (once per process) when a worker of ``install(app)`` holds the API's secrets.
+
+    ``mcp-celery-tasks worker`` drops them before it starts; a team's own ``celery -A proj
+    worker`` cannot: its environment is fixed at exec, ``/proc/<pid>/environ`` keeps it for the
+    worker and every pool child, and tool code can read it. Returns whether it warned.
+    """
+    global _warned_about_secrets
+    found = api_only_variables(environ)
+    if not found or _warned_about_secrets:
+        return False
+    _warned_about_secrets = True
+    logger.warning(
+        "this worker's environment holds %s, which only the API uses; tool code running here can "
+        "read them from /proc/self/environ. Start the worker without them, e.g. `env -u %s celery "
+        "-A proj worker`, or give them to the API only (MCP_TASKS_<NAME>_FILE mounted in the API's "
+        "container alone)",
+        ", ".join(found),
+        " -u ".join(found),
+    )
+    return True
 
 
 def check_input_timeouts(app: Celery, settings: Settings) -> None:

@@ -98,7 +98,9 @@ class InboxWaiter(Protocol):
 
     def declare(self) -> None: ...
 
-    def wait(self, task_id: str, timeout_s: float) -> bool: ...
+    def wait(self, job_id: str, timeout_s: float, task_id: str = "") -> bool:
+        """Block for a wake-up naming ``job_id`` (wake-ups never carry the bearer-like task id;
+        ``task_id`` is for in-process inboxes that play the client)."""
 
 
 class Runtime:
@@ -459,7 +461,7 @@ class Runtime:
                 slice_s = max(0.0, min(slice_s, min(suspend_at, next_look) - time.monotonic()))
             started = time.monotonic()
             try:
-                inbox.wait(self.task_id, slice_s)
+                inbox.wait(self.job_id, slice_s, self.task_id)
                 self._inbox_down = False
             except InfrastructureError as exc:
                 # A lost wake-up costs latency only: poll the row until the broker is back.

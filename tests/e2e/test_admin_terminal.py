@@ -103,3 +103,84 @@ def test_top_says_how_to_quit_and_ctrl_c_exits_0(db_url: str, tmux: str) -> None
     subprocess.run(["tmux", "send-keys", "-t", tmux, "C-c"], check=True)
     screen = wait_until(lambda: "EXIT=" in (s := _screen(tmux)) and s, 15, 0.1, what="top to quit")
     assert "EXIT=0" in screen and "Traceback" not in screen, screen
+
+
+# ---- values from callers and tools are shown inert (red team N5) ---------------------------------
+
+TITLE = "pwned-title"
+EVIL_SUB = (
+    f"jwt:https://issuer.example#\x1b]0;{TITLE}\x07\x1b[2J\x1b[H[bold red]sub[/bold red]"
+    "\x1b]8;;https://evil.example/\x1b\\click\x1b]8;;\x1b\\\u202eevil"
+)
+EVIL_TOOL = "tool\x1b[31m[link=https://evil.example]x[/link]"
+EVIL_MESSAGE = "step \x1b[2J\x1b[H1\x9b31m of 2\u202e\rdone"
+EVIL_ERROR = {"code": -32603, "message": f"boom \x1b]0;{TITLE}\x07 [blink]now[/blink]"}
+INERT = ("\x1b", "\x07", "\x9b", "\u202e", "\r")
+
+
+def _seed_hostile(db_url: str) -> str:
+    task_id = secrets.token_urlsafe(24)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for n, (status, error) in enumerate([("working", None), ("failed", EVIL_ERROR)]):
+            conn.execute(
+                """INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, status,
+                     status_message, error, retention_ms, poll_interval_ms, queue, max_attempts,
+                     protocol_version, client_capabilities, started_at)
+                   VALUES (%s, %s, %s, %s, '{}', %s, %s, %s, 60000, 1000, 'mcp.default', 3,
+                     '2026-07-28', '{}', now())""",
+                (
+                    task_id if n == 0 else secrets.token_urlsafe(24),
+                    str(uuid.uuid4()),
+                    EVIL_SUB,
+                    EVIL_TOOL,
+                    status,
+                    EVIL_MESSAGE,
+                    psycopg.types.json.Jsonb(error) if error else None,
+                ),
+            )
+    return task_id
+
+
+def _piped(db_url: str, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+    env |= {"MCP_TASKS_DATABASE_URL": db_url}
+    ran = subprocess.run(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", "tasks", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout
+
+
+@pytest.mark.parametrize("command", [["ls"], ["show", "<task>"], ["top", "--once"]], ids=lambda c: c[0])
+def test_escapes_and_markup_from_callers_and_tools_print_inert(db_url: str, command: list[str]) -> None:
+    task_id = _seed_hostile(db_url)
+    out = _piped(db_url, *[task_id if part == "<task>" else part for part in command])
+    for control in INERT:
+        assert control not in out, (control, out)
+    assert "https://evil.example" not in out or "[link=https://evil.example]" in out  # text, never a link
+    assert "[bold red]sub[/bold red]" in out  # markup stays literal text
+    if command[0] == "show":
+        assert "step 1 of 2 done" in out  # the readable rest of the message survives
+    if command[0] == "top":
+        assert "[blink]now[/blink]" in out
+
+
+def test_an_escape_laden_sub_cannot_retitle_clear_or_link_the_operators_terminal(
+    db_url: str, tmux: str
+) -> None:
+    _seed_hostile(db_url)
+    _open(tmux, 200, db_url, "ls", "--wide")
+    screen = wait_until(lambda: "EXIT=" in (s := _screen(tmux)) and s, 30, 0.1, what="ls to finish")
+    assert "EXIT=0" in screen, screen
+    title = subprocess.run(
+        ["tmux", "display-message", "-p", "-t", tmux, "#{pane_title}"], capture_output=True, text=True
+    ).stdout
+    assert TITLE not in title, title
+    # Not cleared: the first line the command printed is still at the top of the screen.
+    assert screen.startswith("database: "), screen
+    assert "[bold red]sub[/bold red]" in screen
+    with_escapes = subprocess.run(
+        ["tmux", "capture-pane", "-p", "-e", "-J", "-t", tmux], capture_output=True, text=True
+    ).stdout
+    assert "\x1b]8;" not in with_escapes  # no hyperlink anywhere on the screen

@@ -472,3 +472,19 @@ def test_call_drives_another_sep_2663_server_fastmcp_tasks(tmp_path: Path) -> No
     finally:
         server.terminate()
         server.wait(10)
+
+
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x1b]8;;https://evil.example/\x1b\\[bold]x[/bold]\x1b]8;;\x1b\\\u202e"
+
+
+def test_call_prints_a_tools_result_and_errors_inert(stack: Stack, tmp_path: Path) -> None:
+    # Red team N5: what a tool returns (here: its argument echoed back) and what the server says
+    # about a caller's input reach the terminal as text, never as escapes or markup.
+    done = _call(stack, tmp_path, "slow_compute", "--arg", "seconds=0", "--arg", f"label={HOSTILE}")
+    assert done.returncode == 0, done.stderr
+    assert "done after 0.0s ([bold]x[/bold])" in done.stdout, done.stdout
+    refused = _call(stack, tmp_path, f"no_such_tool{HOSTILE}")
+    line = _one_error_line(refused)
+    for output in (done.stdout, done.stderr, refused.stdout, refused.stderr):
+        assert not any(control in output for control in ("\x1b", "\x07", "\u202e")), repr(output)
+    assert "no_such_tool" in line

@@ -132,3 +132,48 @@ def test_mcp_jobs_follow_the_projects_routes(project: dict[str, Any]) -> None:
     assert found is not None
     (queue,) = found
     assert queue == f"{project['prefix']}.mcp"
+
+
+@pytest.mark.timeout(120)
+def test_a_projects_worker_holding_the_apis_secrets_warns_once_naming_them(
+    template_db: str, tmp_path: Path
+) -> None:
+    # Red team N10: `celery -A proj worker` kept AUTH_TOKENS and SECRET_KEYS in /proc/*/environ
+    # of the worker and its children, silently (`mcp-celery-tasks worker` drops them itself).
+    name = f"mcpt_sample_secrets_{os.getpid()}"
+    database_url = support.create_database(name, template=template_db)
+    prefix = f"sample{support.free_port()}"
+    keys = tmp_path / "keys"
+    keys.write_text(support.TEST_SECRET_KEY)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_TASKS_", "SAMPLE_"))}
+    env.update(
+        SAMPLE_BROKER_URL=support.REDIS_URL,
+        SAMPLE_QUEUE_PREFIX=prefix,
+        MCP_TASKS_DATABASE_URL=database_url,
+        MCP_TASKS_MAINTENANCE_QUEUE=f"{prefix}.maintenance",
+        MCP_TASKS_AUTH_TOKENS='{"alice": "alice-token-value"}',
+        MCP_TASKS_SECRET_KEYS_FILE=str(keys),
+        PYTHONUNBUFFERED="1",
+    )
+    log = support.log_path("sample-secrets-worker")
+    worker = Proc(
+        "sample-secrets-worker",
+        subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tests.sample_project.celeryapp", "worker",
+             "-P", "prefork", "-c", "2", "-Q", f"{prefix}.mcp", "-n", f"{prefix}@localhost",
+             "--loglevel", "info"],
+            env=env, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+        ),
+        log,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: "ready." in log.read_text(), 60, 0.2, what="the project's worker to start")
+        text = log.read_text()
+    finally:
+        worker.stop(signal.SIGQUIT, timeout=20)
+        support.drop_database(name)
+    warnings = [line for line in text.splitlines() if "only the API uses" in line]
+    assert len(warnings) == 1, text[-3000:]
+    assert "MCP_TASKS_AUTH_TOKENS, MCP_TASKS_SECRET_KEYS_FILE" in warnings[0]
+    assert "env -u MCP_TASKS_AUTH_TOKENS -u MCP_TASKS_SECRET_KEYS_FILE" in warnings[0]
+    assert "alice-token-value" not in text and support.TEST_SECRET_KEY not in text

@@ -752,6 +752,28 @@ def test_ask_first_asks_without_a_task_then_creates_the_task_with_the_answer(
     assert input_rows(stack, task_id) == []
 
 
+def test_a_pre_task_request_state_is_usable_once(tasks: Tasks, client: Client, stack: Stack) -> None:
+    # Red team: a captured state could start the same round's task again within its lifetime.
+    caps: dict[str, Any] = {"elicitation": {}}
+    round_one = call(client, "test_tool_with_task", {}, caps=caps).result
+    answers = {"user_name": {"action": "accept", "content": {"name": "Alice"}}}
+
+    def retry() -> Reply:
+        return call(
+            client, "test_tool_with_task", {}, caps=caps, inputResponses=answers,
+            requestState=round_one["requestState"],
+        )  # fmt: skip
+
+    created = retry().result
+    assert created["resultType"] == "task"
+    tasks.track(created["taskId"])
+    before = task_count(stack, "test_tool_with_task")
+    replayed = retry()
+    assert_invalid_params(replayed)
+    assert "already used" in replayed.error["message"]
+    assert task_count(stack, "test_tool_with_task") == before
+
+
 @pytest.mark.parametrize(
     "answer",
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import uuid
@@ -13,8 +14,10 @@ import redis
 
 from mcp_celery_tasks.broker.celery_app import create_app
 from mcp_celery_tasks.broker.channel import Inbox, send_wake
+from mcp_celery_tasks.cli.admin.tasks import _notify_broker
 from mcp_celery_tasks.settings import Settings
 from tests import support
+from tests.support import wait_until
 
 
 def app_for(broker_url: str) -> Any:
@@ -104,3 +107,21 @@ def test_a_wake_up_costs_one_push_and_no_acknowledgement_on_redis(inbox: Inbox, 
     assert commands.count("PEXPIRE") >= 3, commands
     # The waiter consumes with no_ack: no unacked bookkeeping on its path.
     assert redis_commands_on("unacked", lambda: inbox.wait("t2", 5.0)) == []
+
+
+def test_a_wake_up_names_the_job_and_never_the_task(broker_url: str, inbox: Inbox) -> None:
+    # Task ids are bearer-like: broker tooling (management UIs, MONITOR, dumps) shows message
+    # bodies, so a wake-up carries the job id only.
+    app = app_for(broker_url)
+    send_wake(app, inbox.name, "job-4711")
+    with app.connection_for_write() as conn:
+        message = wait_until(lambda: conn.default_channel.basic_get(inbox.name, no_ack=True), 5, 0.05)
+        body = json.loads(message.body)
+    assert body == {"type": "wake", "job_id": "job-4711"}
+
+
+def test_an_operator_cancel_wakes_by_job_id(broker_url: str, inbox: Inbox) -> None:
+    # `tasks cancel` of a job waiting for input wakes it the way tasks/cancel does: by job id.
+    settings = Settings(database_url=support.dsn_for("unused"), broker_url=broker_url)
+    assert _notify_broker(settings, "job-0815", inbox.name) is None
+    assert inbox.wait("job-0815", 5.0)

@@ -239,7 +239,8 @@ async def test_a_synchronous_job_that_asks_goes_back_as_an_mrtr_round_then_resum
         {"name": "u_forbidden", "arguments": {"name": "x"}, "requestState": round_one["requestState"],
          "inputResponses": {"q": {"action": "accept", "content": {}}}},
     )  # fmt: skip
-    assert memory.rows[task_id].status == "working" and publisher.wakes == [("mcp.inbox.test", task_id)]
+    job_id = memory.rows[task_id].task.job_id  # wake-ups name the job: task ids are bearer-like
+    assert memory.rows[task_id].status == "working" and publisher.wakes == [("mcp.inbox.test", job_id)]
     assert len(memory.rows) == 1  # the retry fed the same task
     assert retry.sync is not None
 
@@ -301,7 +302,7 @@ async def test_update_records_outstanding_answers_only_and_wakes_the_worker(
     assert list(shown) == ["b"]
     result(await call(services, "tasks/update", {"taskId": task_id, "inputResponses": {"b": {"roots": []}}}))
     assert memory.rows[task_id].status == "working"
-    assert publisher.wakes == [("mcp.inbox.test", task_id)] * 2
+    assert publisher.wakes == [("mcp.inbox.test", memory.rows[task_id].task.job_id)] * 2
 
 
 async def test_one_invalid_answer_records_none(services: Services, memory: MemoryApiStore) -> None:
@@ -319,7 +320,7 @@ async def test_cancel_of_a_waiting_task_wakes_revokes_and_drops_its_questions(
     memory.as_worker_ask(task_id, {"a": ("roots/list", None)})
     assert result(await call(services, "tasks/cancel", {"taskId": task_id}))["resultType"] == "complete"
     assert memory.rows[task_id].status == "cancelled"
-    assert publisher.wakes == [("mcp.inbox.test", task_id)]
+    assert publisher.wakes == [("mcp.inbox.test", memory.rows[task_id].task.job_id)]
     assert publisher.revokes == [memory.rows[task_id].task.job_id]
     assert await memory.outstanding_inputs(task_id) == []
     # Terminal: the same ack again, nothing sent twice.

@@ -51,7 +51,7 @@ class DeadBroker(MemoryInbox):
         cause = redis.exceptions.ConnectionError("Error 111 connecting to redis. Connection refused.")
         raise BrokerUnreachable("the broker failed (declaring)") from cause
 
-    def wait(self, task_id: str, timeout_s: float) -> bool:
+    def wait(self, job_id: str, timeout_s: float, task_id: str = "") -> bool:
         self.waits += 1
         cause = redis.exceptions.ConnectionError("Connection closed by server.")
         raise BrokerUnreachable("the broker failed (waiting)") from cause

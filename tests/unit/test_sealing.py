@@ -83,3 +83,31 @@ def test_a_malformed_key_is_refused_at_start() -> None:
 def test_states_are_unique_per_seal() -> None:
     sealer = Sealer([generate_key()])
     assert sealer.seal(dict(BOUND), ttl_s=60) != sealer.seal(dict(BOUND), ttl_s=60)
+
+
+def test_a_state_is_usable_once_after_its_round_advanced() -> None:
+    sealer = Sealer([generate_key()])
+    state = sealer.seal({"k": "pre", **BOUND}, ttl_s=60)
+    opened = sealer.open(state, **BOUND)
+    assert sealer.open(state, **BOUND) == opened  # opening alone spends nothing (a refused retry)
+    sealer.spend(opened)
+    with pytest.raises(InvalidParams, match="already used") as replayed:
+        sealer.open(state, **BOUND)
+    assert replayed.value.code == codes.INVALID_PARAMS
+    with pytest.raises(InvalidParams, match="already used"):
+        sealer.spend(opened)  # two replays that both opened before either advanced: one wins
+
+
+def test_two_states_of_the_same_payload_are_spent_apart() -> None:
+    sealer = Sealer([generate_key()])
+    first, second = (sealer.seal({"k": "pre", **BOUND}, ttl_s=60) for _ in range(2))
+    sealer.spend(sealer.open(first, **BOUND))
+    assert sealer.open(second, **BOUND)["k"] == "pre"
+
+
+def test_spent_nonces_are_forgotten_once_their_states_expire() -> None:
+    sealer = Sealer([generate_key()])
+    old = sealer.open(sealer.seal(dict(BOUND), ttl_s=60), **BOUND)
+    sealer.spend({**old, "exp": 0})  # as if sealed long ago: expired by the next spend
+    sealer.spend(sealer.open(sealer.seal(dict(BOUND), ttl_s=60), **BOUND))
+    assert len(sealer._spent) == 1

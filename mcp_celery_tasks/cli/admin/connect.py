@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import typer
 
 from mcp_celery_tasks.cli.dev import record as devrecord
+from mcp_celery_tasks.terminal import plain
 
 if TYPE_CHECKING:
     from mcp_celery_tasks.settings import Settings
@@ -59,7 +60,7 @@ DATABASE_VARIABLES = ("MCP_TASKS_DATABASE_URL", "MCP_TASKS_DATABASE_URL_FILE")
 
 def fail(message: str, code: int) -> NoReturn:
     """One ``error: …`` line on stderr, then exit with ``code``."""
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {plain(message, newlines=True)}", err=True)  # may quote a database value
     raise typer.Exit(code)
 
 

@@ -22,7 +22,7 @@ from mcp_celery_tasks.cli.admin.connect import (
     fail,
     friendly_errors,
 )
-from mcp_celery_tasks.cli.admin.view import print_whole
+from mcp_celery_tasks.cli.admin.view import cell, print_whole
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
 
 __all__ = ["limits_app"]
@@ -55,8 +55,8 @@ def list_limits(
         return
     table = Table("principal", *COLUMNS, "updated")
     for row in rows:
-        cells = ["" if row[name] is None else str(row[name]) for name in COLUMNS]
-        table.add_row(row["principal"], *cells, str(row["updated_at"])[:19])
+        cells = [cell(row[name]) for name in COLUMNS]
+        table.add_row(cell(row["principal"]), *cells, cell(str(row["updated_at"])[:19]))
     print_whole(console, table)
 
 

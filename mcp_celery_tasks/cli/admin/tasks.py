@@ -27,6 +27,7 @@ from mcp_celery_tasks.cli.admin.connect import (
 )
 from mcp_celery_tasks.cli.admin.limits import limits_app
 from mcp_celery_tasks.cli.admin.view import (
+    cell,
     fmt,
     ls_table,
     natural_width,
@@ -36,6 +37,7 @@ from mcp_celery_tasks.cli.admin.view import (
 )
 from mcp_celery_tasks.cli.admin.workers import list_workers
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
+from mcp_celery_tasks.terminal import plain
 
 if TYPE_CHECKING:
     from mcp_celery_tasks.settings import Settings
@@ -113,7 +115,7 @@ def _resolve(store: WorkerStore, ref: str) -> Mapping[str, object]:
         fail(f"no task or job {ref!r}{hint}", EXIT_NOT_FOUND)
     if len(matches) > 1:
         lines = [f"{ref!r} matches several tasks; give more characters:"]
-        lines += [f"  {m['task_id']}  job {m['job_id']}  {m['tool']}  {m['status']}" for m in matches]
+        lines += [plain(f"  {m['task_id']}  job {m['job_id']}  {m['tool']}  {m['status']}") for m in matches]
         typer.echo("\n".join(lines), err=True)
         raise typer.Exit(EXIT_USAGE)
     return matches[0]
@@ -213,19 +215,23 @@ def show_task(ref: RefArg, as_json: JsonOpt = False) -> None:
             if item["superseded"]
             else ("answered" if item["response"] is not None else "waiting")
         )
-        console.print(f"input {item['key']} ({item['method']}, {state}): {json.dumps(item['params'])[:200]}")
+        params = json.dumps(item["params"], ensure_ascii=False)[:200]
+        console.print(cell(f"input {item['key']} ({item['method']}, {state}): {params}"))
     for step in steps:
+        recorded = fmt(step["recorded_at"])
         console.print(
-            f"step {step['seq']} {step['name']!r} ({step['size']} bytes, recorded {fmt(step['recorded_at'])})"
+            cell(f"step {step['seq']} {step['name']!r} ({step['size']} bytes, recorded {recorded})")
         )
     for saved in checkpoints:
         console.print(
-            f"checkpoint {saved['name']!r} ({saved['size']} bytes in {saved['storage']}, "
-            f"sha256 {str(saved['sha256'])[:12]}…, saved {fmt(saved['saved_at'])})"
+            cell(
+                f"checkpoint {saved['name']!r} ({saved['size']} bytes in {saved['storage']}, "
+                f"sha256 {str(saved['sha256'])[:12]}…, saved {fmt(saved['saved_at'])})"
+            )
         )
 
 
-def _notify_broker(settings: Settings, job_id: str, task_id: str, inbox: str | None) -> str | None:
+def _notify_broker(settings: Settings, job_id: str, inbox: str | None) -> str | None:
     """Wake a job waiting for input and revoke a queued one; the error if the broker is down.
 
     The cancel itself is already in Postgres: a job that is not woken sees it at its next
@@ -240,7 +246,7 @@ def _notify_broker(settings: Settings, job_id: str, task_id: str, inbox: str | N
             app = load_app(settings)
             # The same wake-up rules as tasks/cancel (CancelOutcome.wake_inbox), then revoke.
             if inbox:
-                send_wake(app, inbox, task_id)
+                send_wake(app, inbox, job_id)  # wake-ups name the job, never the task
             with app.connection_for_write() as conn:
                 conn.ensure_connection(max_retries=1, timeout=3)
                 app.control.revoke(job_id, connection=conn)
@@ -269,7 +275,7 @@ def cancel_task(
         cancelled = store.admin_cancel(str(match["task_id"]), reason)
     if not cancelled.cancelled_now or cancelled.task_id is None or cancelled.job_id is None:
         fail(f"task {match['task_id']} is already {match['status']}: nothing to cancel", EXIT_NOT_FOUND)
-    problem = _notify_broker(settings, cancelled.job_id, cancelled.task_id, cancelled.wake_inbox)
+    problem = _notify_broker(settings, cancelled.job_id, cancelled.wake_inbox)
     typer.echo(f"cancelled task {cancelled.task_id} (job {cancelled.job_id})")
     if problem:
         typer.echo(

@@ -4,6 +4,9 @@ Ids are never cut: an operator copies them into ``show`` and ``cancel``. Piped o
 narrowed (``ls``, ``top``, ``show``, ``limits ls``: the natural width, or ``COLUMNS``). On a
 narrow terminal the job id goes under the task id, then the least useful columns are left out
 (and named on stderr) until the table fits; ``--wide`` shows everything.
+
+Every value in a cell came from a caller, a tool or the database: it is shown through
+``cell`` (``terminal.plain`` in a Rich ``Text``), never as markup and never with its escapes.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
 
+from mcp_celery_tasks.terminal import plain
+
 __all__ = [
     "LsLayout",
+    "cell",
     "fmt",
     "ls_table",
     "natural_width",
@@ -45,6 +51,11 @@ def fmt(value: object) -> str:
     return str(value)
 
 
+def cell(value: object, style: str = "") -> Text:
+    """A value shown as inert text: ``fmt``, control characters stripped, no markup."""
+    return Text(plain(fmt(value)), style=style)
+
+
 def status_cell(row: Mapping[str, object]) -> Text:
     """``failed`` in red; a task that completed with ``isError`` (a tool error, a crash, a limit)
     is ``errored`` in red too: for an operator it is a failure, whatever the wire status."""
@@ -53,7 +64,7 @@ def status_cell(row: Mapping[str, object]) -> Text:
         return Text("failed", style="red")
     if status == "completed" and row.get("error_kind"):
         return Text("errored", style="red")
-    return Text(fmt(status))
+    return cell(status)
 
 
 def _message(row: Mapping[str, object]) -> str:
@@ -79,15 +90,15 @@ class LsLayout:
     dropped: tuple[str, ...]
 
 
-def _cells(row: Mapping[str, object]) -> dict[str, str]:
+def _cells(row: Mapping[str, object]) -> dict[str, Text]:
     return {
-        "tool": fmt(row["tool"]),
-        "owner": fmt(row["owner"]),
-        "age": fmt(row["age"]),
-        "runtime": fmt(row["runtime"]),
-        "tries": str(row["attempts"]),
-        "inputs": str(row["outstanding_inputs"] or ""),
-        "message": _message(row),
+        "tool": cell(row["tool"]),
+        "owner": cell(row["owner"]),
+        "age": cell(row["age"]),
+        "runtime": cell(row["runtime"]),
+        "tries": cell(row["attempts"]),
+        "inputs": cell(row["outstanding_inputs"] or ""),
+        "message": cell(_message(row)),
     }
 
 
@@ -108,12 +119,12 @@ def _build(rows: Sequence[Mapping[str, object]], layout: LsLayout, narrow_box: b
         if layout.stacked:
             first: list[RenderableType] = [
                 Text("\n").join(
-                    [Text(fmt(row["task_id"])), Text(fmt(row["job_id"]), style="dim")]
+                    [cell(row["task_id"]), cell(row["job_id"], style="dim")]
                     + ([status] if layout.status_in_id else [])
                 )
             ]
         else:
-            first = [fmt(row["task_id"]), fmt(row["job_id"])]
+            first = [cell(row["task_id"]), cell(row["job_id"])]
         table.add_row(*first, *([] if layout.status_in_id else [status]), *(cells[n] for n in layout.columns))
     return table
 
@@ -167,10 +178,10 @@ def summary_view(
     )  # fmt: skip
     for row in active:
         table.add_row(
-            fmt(row["queue"]), fmt(row["tool"]), str(row["running"]), str(row["queued"]),
-            str(row.get("backlog", 0)), str(row["waiting_for_input"]), str(row.get("suspended", 0)),
-            str(row["stopping"]),
-            fmt(row["longest"]),
+            cell(row["queue"]), cell(row["tool"]), cell(row["running"]), cell(row["queued"]),
+            cell(row.get("backlog", 0)), cell(row["waiting_for_input"]), cell(row.get("suspended", 0)),
+            cell(row["stopping"]),
+            cell(row["longest"]),
         )  # fmt: skip
     shares = Table(
         "queue", Column("principal", no_wrap=True, min_width=11), "running", "queued", "backlog",
@@ -179,18 +190,20 @@ def summary_view(
     )  # fmt: skip
     for row in principals or []:
         shares.add_row(
-            fmt(row["queue"]), fmt(row["owner"]), str(row["running"]), str(row["queued"]),
-            str(row["backlog"]), str(row["waiting_for_input"]), str(row.get("suspended", 0)),
-            fmt(row["oldest_waiting"]),
+            cell(row["queue"]), cell(row["owner"]), cell(row["running"]), cell(row["queued"]),
+            cell(row["backlog"]), cell(row["waiting_for_input"]), cell(row.get("suspended", 0)),
+            cell(row["oldest_waiting"]),
         )  # fmt: skip
     failed = Table("job", "tool", "when", "kind", "error", title="recent failures")
     for row in failures:
+        job = cell(row["job_id"])
+        job.no_wrap = True
         failed.add_row(
-            Text(fmt(row["job_id"]), no_wrap=True),
-            fmt(row["tool"]),
-            fmt(row["created_at"]),
-            fmt(row.get("error_kind")),
-            fmt(row["last_error"])[:70],
+            job,
+            cell(row["tool"]),
+            cell(row["created_at"]),
+            cell(row.get("error_kind")),
+            cell(plain(row["last_error"])[:70]),
         )
     return Group(table, shares, failed, Text(caption, style="dim"))
 
@@ -208,10 +221,10 @@ def show_table(row: Mapping[str, object]) -> Table:
     table = Table("field", "value", show_header=False)
     for name in SHOW_FIELDS:
         value = row.get(name)
-        shown = json.dumps(value) if isinstance(value, dict | list) else fmt(value)
+        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value
         if name == "display_status":
             status = status_cell({"status": value, "error_kind": row.get("error_kind")})
             table.add_row(name, status)
             continue
-        table.add_row(name, shown)
+        table.add_row(name, cell(shown))
     return table
