@@ -264,6 +264,19 @@ class Settings(BaseSettings):
     db_statement_timeout_ms: int = 10_000
     """Postgres ``statement_timeout`` for every connection of ours (sent at connect; through a
     transaction pooler set it on the role instead: ``ALTER ROLE … SET statement_timeout``)."""
+    db_tcp_user_timeout_ms: int = Field(default=10_000, ge=0)
+    """libpq ``tcp_user_timeout``: a connection whose sent data stays unacknowledged this long
+    is dropped (0: the kernel's default, about 15 minutes of retransmissions). A network path
+    that dies silently (a cut link, a partition: no RST ever comes) then fails the statement
+    within this bound instead of hanging the worker or API request for minutes."""
+    db_keepalives_idle_seconds: int = Field(default=5, ge=1)
+    """libpq ``keepalives_idle``: an idle connection (also one waiting for a long statement's
+    answer) is probed after this long, so a dead path shows even when nothing is being sent."""
+    db_keepalives_interval_seconds: int = Field(default=2, ge=1)
+    """libpq ``keepalives_interval``: between unanswered keepalive probes."""
+    db_keepalives_count: int = Field(default=3, ge=1)
+    """libpq ``keepalives_count``: unanswered probes before the connection is dropped (idle +
+    interval * count, 11 s by default, bounds how long a silent cut goes unnoticed)."""
     db_transaction_pooler: bool = False
     """``database_url`` goes through a pooler in transaction mode (PgBouncer
     ``pool_mode=transaction``): statements are never prepared and no startup ``options`` are
