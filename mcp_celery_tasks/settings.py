@@ -264,7 +264,7 @@ class Settings(BaseSettings):
     db_statement_timeout_ms: int = 10_000
     """Postgres ``statement_timeout`` for every connection of ours (sent at connect; through a
     transaction pooler set it on the role instead: ``ALTER ROLE … SET statement_timeout``)."""
-    db_tcp_user_timeout_ms: int = Field(default=10_000, ge=0)
+    db_tcp_user_timeout_ms: int = Field(default=3_000, ge=0)
     """libpq ``tcp_user_timeout``: a connection whose sent data stays unacknowledged this long
     is dropped (0: the kernel's default, about 15 minutes of retransmissions). A network path
     that dies silently (a cut link, a partition: no RST ever comes) then fails the statement

@@ -72,7 +72,7 @@ class NetServices:
 
     def admin(self, sql: str) -> None:
         with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(sql)  # type: ignore[arg-type]
+            conn.execute(sql)
 
     def create_database(self, name: str) -> str:
         self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -19,6 +19,7 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from tests import support
@@ -46,13 +47,22 @@ class Result:
     recovery_s: float = 0.0
     on_target: int = 0
     notes: str = ""
+    healed_at: float = 0.0  # wall clock
+    ran_on_after_heal_s: float = 0.0
+    """How long after the heal the last body that overlapped a takeover still did work."""
 
     def row(self) -> str:
         return (
             f"| {self.name} | {self.cut_s:g} | {self.target} ({self.on_target} bodies) | {self.tasks} | "
             f"{len(self.lost)} | {len(self.doubles)} | {len(self.overlaps)} | {self.attempts_burned} | "
-            f"{self.recovery_s:.1f} | {self.notes} |"
+            f"{self.recovery_s:.1f} | {self.notes}{self._ran_on()} |"
         )
+
+    def _ran_on(self) -> str:
+        if not self.overlaps:
+            return ""
+        stopped = f"cut-off body stopped {self.ran_on_after_heal_s:.1f} s after the heal"
+        return f"; {stopped}" if self.notes else stopped
 
 
 HEADER = (
@@ -73,14 +83,17 @@ def beat_spans(run_dir: Path, task_id: str) -> list[tuple[int, float, float]]:
     return sorted(spans, key=lambda span: span[1])
 
 
-def overlapped(stack: NetStack, task_id: str, beating: bool) -> bool:
-    """Two runs of the task's body did work at once: for a beating body, a run's first beat
-    before the previous run's last; otherwise a run that started before the previous one ended."""
+def overlapped(stack: NetStack, task_id: str, beating: bool) -> float | None:
+    """When the earlier of two runs of the task's body that were at once under way last did
+    work (None if no two were): for a beating body, a run's first beat before the previous
+    run's last; otherwise a run that started before the previous one ended (or left)."""
     if beating:
         spans = beat_spans(stack.run_dir, task_id)
-        return any(nxt[1] < prev[2] for prev, nxt in itertools.pairwise(spans))
-    marks = runs(stack, task_id)
-    return any(end is not None and end > nxt for (_, end), (nxt, _) in itertools.pairwise(marks))
+        found = [prev[2] for prev, nxt in itertools.pairwise(spans) if nxt[1] < prev[2]]
+    else:
+        marks = runs(stack, task_id)
+        found = [end for (_, end), (nxt, _) in itertools.pairwise(marks) if end is not None and end > nxt]
+    return max(found) if found else None
 
 
 def ends(run_dir: Path, task_id: str) -> int:
@@ -165,11 +178,12 @@ def run_scenario(
         finally:
             net.heal()
         healed = time.monotonic()
+        result.healed_at = time.time()
         time.sleep(0.5)  # deliberate: some small tasks after the heal
     finally:
         load.stop()
     for task_id in asking:
-        support.wait_until(lambda t=task_id: _answer(client, t), 60, 0.2, what=f"an answer for {task_id[:8]}")
+        support.wait_until(partial(_answer, client, task_id), 60, 0.2, what=f"an answer for {task_id[:8]}")
     received = dict(load.received) | dict.fromkeys(beating + asking, "alice")
     rows = wait_all_terminal(stack, 120)
     result.recovery_s = time.monotonic() - healed
@@ -182,8 +196,13 @@ def run_scenario(
             )
         if ends(stack.run_dir, task_id) > 1:
             result.doubles.append(task_id)
-        if task_id in beating + asking and overlapped(stack, task_id, task_id in beating):
-            result.overlaps.append(f"{task_id[:8]} {row['tool_name']} {beat_spans(stack.run_dir, task_id)}")
+        if task_id in beating + asking:
+            last = overlapped(stack, task_id, task_id in beating)
+            if last is not None:
+                result.overlaps.append(
+                    f"{task_id[:8]} {row['tool_name']} {beat_spans(stack.run_dir, task_id)}"
+                )
+                result.ran_on_after_heal_s = max(result.ran_on_after_heal_s, last - result.healed_at)
         result.attempts_burned += max(0, row["attempts"] - 1)
     TABLE.append(result.row())
     print(f"\n{HEADER}\n{result.row()}")

@@ -27,6 +27,10 @@ from tests.faults.partition_checks import HEADER, LEASE_GRACE_S, LEASE_S, TABLE,
 from tests.faults.stack import FaultClient, Load, running
 
 _REASON = unsupported_reason()
+if _REASON is not None and os.environ.get("CI") == "true" and os.geteuid() == 0:
+    # CI runs as root and installs iproute2 and nftables (scripts/test): a skip there would hide
+    # the whole suite.
+    raise RuntimeError(f"CI cannot run the partition suite: {_REASON}")
 pytestmark = [
     pytest.mark.skipif(_REASON is not None, reason=f"partition suite: {_REASON}"),
     pytest.mark.timeout(180),
@@ -35,7 +39,8 @@ long_form = pytest.mark.skipif(
     os.environ.get("FAULTS_LONG") != "1", reason="long partitions: run with FAULTS_LONG=1"
 )
 LEASED_S = LEASE_S + LEASE_GRACE_S
-TCP_USER_TIMEOUT_S = 10.0  # the default db_tcp_user_timeout_ms
+TCP_USER_TIMEOUT_S = 3.0  # the default db_tcp_user_timeout_ms
+TAKEN_OVER_BOUND_S = 2.0  # the watchdog's interval (1 s) and the reconnect
 
 
 @pytest.fixture(autouse=True)
@@ -74,12 +79,19 @@ def _healed(net: Network) -> Iterator[None]:
     net.heal()
 
 
-def _check(result: Result, *, attempts_kept: bool = True) -> None:
+def _check(result: Result, *, cut_off_past_the_lease: bool = False) -> None:
+    """0 lost, 0 double outcomes; 0 bodies at work twice at once and no attempt burned, except
+    where a worker was cut off from Postgres past its lease. There the job is handed to another
+    worker (an attempt), and the cut-off body, which cannot know, goes on until its watchdog
+    reaches Postgres again: it must be stopped within a tick of the heal (``TAKEN_OVER_BOUND_S``).
+    """
     assert not result.lost, result.lost
     assert not result.doubles, result.doubles
-    assert not result.overlaps, f"bodies at work twice at once: {result.overlaps}"
-    if attempts_kept:
+    if not cut_off_past_the_lease:
+        assert not result.overlaps, f"bodies at work twice at once: {result.overlaps}"
         assert result.attempts_burned == 0, result.row()
+    else:
+        assert result.ran_on_after_heal_s <= TAKEN_OVER_BOUND_S, result.row()
 
 
 def _first_complaint(stack: NetStack, label: str, after: float, needle: str) -> float | None:
@@ -105,14 +117,14 @@ def test_worker_cut_from_postgres_past_the_lease_notices_within_the_tcp_bound(
         cut_at.append(time.time())
         net.cut(host, "pg")
 
-    cut_s = TCP_USER_TIMEOUT_S + 4
+    cut_s = LEASED_S + 4
     result = run_scenario(stack, net, "worker ↔ postgres", cut_s, fault)
     label = "worker" if result.target == "w1" else "worker2"
     noticed = _first_complaint(stack, label, cut_at[0], "the database is unreachable")
     result.notes = f"watchdog noticed after {noticed:.1f} s" if noticed is not None else "never noticed"
     TABLE[-1] = result.row()
     assert noticed is not None and noticed < TCP_USER_TIMEOUT_S + 3, result.notes
-    _check(result, attempts_kept=False)
+    _check(result, cut_off_past_the_lease=True)
 
 
 def test_worker_cut_from_the_broker_past_the_lease_costs_nothing(net: Network, stack: NetStack) -> None:
@@ -143,13 +155,18 @@ def test_api_cut_from_postgres_answers_503_and_loses_nothing(net: Network, stack
     )
     result.notes = f"503 within {max(seen['503']):.2f} s"
     TABLE[-1] = result.row()
-    assert max(seen["503"]) < 1.5, seen
+    # The first requests find pooled connections the cut made silent: each waits one
+    # tcp_user_timeout, the pool's idle connections are then checked, and the rest is told at once.
+    assert max(seen["503"]) < TCP_USER_TIMEOUT_S + 1, seen
     _check(result)
 
 
 def test_one_way_cut_from_worker_to_postgres_loses_nothing(net: Network, stack: NetStack) -> None:
     fault = lambda host: net.cut(host, "pg", one_way=True)  # noqa: E731
-    _check(run_scenario(stack, net, "worker → postgres (one way)", LEASED_S + 2, fault), attempts_kept=False)
+    _check(
+        run_scenario(stack, net, "worker → postgres (one way)", LEASED_S + 2, fault),
+        cut_off_past_the_lease=True,
+    )
 
 
 def test_packet_loss_to_postgres_and_broker_costs_nothing(net: Network, stack: NetStack) -> None:
@@ -181,7 +198,9 @@ def test_heavy_packet_loss(net: Network, stack: NetStack) -> None:
         for other in ("pg", "broker"):
             net.lose(host, other, 20)
 
-    _check(run_scenario(stack, net, "worker 20 % loss (pg + broker)", 15.0, fault), attempts_kept=False)
+    _check(
+        run_scenario(stack, net, "worker 20 % loss (pg + broker)", 15.0, fault), cut_off_past_the_lease=True
+    )
 
 
 @long_form
@@ -196,4 +215,7 @@ def test_maintenance_host_cut_off_from_everything(net: Network, stack: NetStack)
 @long_form
 def test_long_one_way_cut_from_postgres_to_worker(net: Network, stack: NetStack) -> None:
     fault = lambda host: net.cut("pg", host, one_way=True)  # noqa: E731
-    _check(run_scenario(stack, net, "postgres → worker (one way, long)", 20.0, fault), attempts_kept=False)
+    _check(
+        run_scenario(stack, net, "postgres → worker (one way, long)", 20.0, fault),
+        cut_off_past_the_lease=True,
+    )
