@@ -276,7 +276,8 @@ class Settings(BaseSettings):
     """libpq ``keepalives_interval``: between unanswered keepalive probes."""
     db_keepalives_count: int = Field(default=3, ge=1)
     """libpq ``keepalives_count``: unanswered probes before the connection is dropped (idle +
-    interval * count, 11 s by default, bounds how long a silent cut goes unnoticed)."""
+    interval * count, 11 s, bounds how long a silent cut goes unnoticed; with a
+    ``tcp_user_timeout`` the kernel drops it at the first probe past that bound: about 7 s)."""
     db_transaction_pooler: bool = False
     """``database_url`` goes through a pooler in transaction mode (PgBouncer
     ``pool_mode=transaction``): statements are never prepared and no startup ``options`` are

@@ -146,7 +146,7 @@ def run_scenario(
     bodies, unless ``target`` names one); after ``cut_s`` every rule is removed."""
     client = FaultClient(stack.url, "alice", timeout=60)
     stack.closing(client)
-    work_ms = work_ms or int(cut_s * 1000) + 3000
+    work_ms = work_ms or int(cut_s * 1000) + 2000
     beating = [
         _create(client, "np_work", {"ms": work_ms, "cooperate": c}) for c in (True, True, False, False)
     ]
@@ -179,7 +179,7 @@ def run_scenario(
             net.heal()
         healed = time.monotonic()
         result.healed_at = time.time()
-        time.sleep(0.5)  # deliberate: some small tasks after the heal
+        time.sleep(0.3)  # deliberate: some small tasks after the heal
     finally:
         load.stop()
     for task_id in asking:

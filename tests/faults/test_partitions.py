@@ -40,7 +40,10 @@ long_form = pytest.mark.skipif(
 )
 LEASED_S = LEASE_S + LEASE_GRACE_S
 TCP_USER_TIMEOUT_S = 3.0  # the default db_tcp_user_timeout_ms
-TAKEN_OVER_BOUND_S = 2.0  # the watchdog's interval (1 s) and the reconnect
+TAKEN_OVER_BOUND_S = 3.5
+"""A cut-off body whose job was taken over stops this soon after the heal: the watchdog's next
+tick (1 s), whose connect, begun during the cut, may wait for its SYN's next retransmission
+(up to ~2 s); measured 0.2-1.3 s here."""
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +86,7 @@ def _check(result: Result, *, cut_off_past_the_lease: bool = False) -> None:
     """0 lost, 0 double outcomes; 0 bodies at work twice at once and no attempt burned, except
     where a worker was cut off from Postgres past its lease. There the job is handed to another
     worker (an attempt), and the cut-off body, which cannot know, goes on until its watchdog
-    reaches Postgres again: it must be stopped within a tick of the heal (``TAKEN_OVER_BOUND_S``).
+    reaches Postgres again: it must be stopped soon after the heal (``TAKEN_OVER_BOUND_S``).
     """
     assert not result.lost, result.lost
     assert not result.doubles, result.doubles
