@@ -120,7 +120,7 @@ def test_worker_cut_from_postgres_past_the_lease_notices_within_the_tcp_bound(
         cut_at.append(time.time())
         net.cut(host, "pg")
 
-    cut_s = LEASED_S + 4
+    cut_s = LEASED_S + 2  # past the lease and its grace, and past the TCP bound (3 s)
     result = run_scenario(stack, net, "worker ↔ postgres", cut_s, fault)
     label = "worker" if result.target == "w1" else "worker2"
     noticed = _first_complaint(stack, label, cut_at[0], "the database is unreachable")
@@ -131,7 +131,7 @@ def test_worker_cut_from_postgres_past_the_lease_notices_within_the_tcp_bound(
 
 
 def test_worker_cut_from_the_broker_past_the_lease_costs_nothing(net: Network, stack: NetStack) -> None:
-    _check(run_scenario(stack, net, "worker ↔ broker", LEASED_S + 4, lambda host: net.cut(host, "broker")))
+    _check(run_scenario(stack, net, "worker ↔ broker", LEASED_S + 2, lambda host: net.cut(host, "broker")))
 
 
 def test_api_cut_from_postgres_answers_503_and_loses_nothing(net: Network, stack: NetStack) -> None:
@@ -167,7 +167,7 @@ def test_api_cut_from_postgres_answers_503_and_loses_nothing(net: Network, stack
 def test_one_way_cut_from_worker_to_postgres_loses_nothing(net: Network, stack: NetStack) -> None:
     fault = lambda host: net.cut(host, "pg", one_way=True)  # noqa: E731
     _check(
-        run_scenario(stack, net, "worker → postgres (one way)", LEASED_S + 2, fault),
+        run_scenario(stack, net, "worker → postgres (one way)", LEASED_S + 1, fault),
         cut_off_past_the_lease=True,
     )
 
@@ -222,3 +222,9 @@ def test_long_one_way_cut_from_postgres_to_worker(net: Network, stack: NetStack)
         run_scenario(stack, net, "postgres → worker (one way, long)", 20.0, fault),
         cut_off_past_the_lease=True,
     )
+
+
+@long_form
+def test_long_worker_cut_from_postgres(net: Network, stack: NetStack) -> None:
+    result = run_scenario(stack, net, "worker ↔ postgres (long)", 30.0, lambda host: net.cut(host, "pg"))
+    _check(result, cut_off_past_the_lease=True)
