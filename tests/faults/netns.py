@@ -23,11 +23,14 @@ import contextlib
 import ipaddress
 import os
 import random
+import re
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 TABLE = "mcpt_faults"
 
@@ -86,10 +89,11 @@ class Network:
 
     @property
     def router(self) -> str:
-        return f"mcpt{self.run}-router"
+        return self.netns("router")
 
     def netns(self, host: str) -> str:
-        return f"mcpt{self.run}-{host}"
+        # The owner's pid in the name: a later run removes what a killed one left (``sweep_stale``).
+        return f"mcpt{self.run}p{os.getpid()}-{host}"
 
     def ip(self, host: str) -> str:
         return f"10.{self.block}.{self.hosts[host]}.2"
@@ -99,6 +103,7 @@ class Network:
         return ["ip", "netns", "exec", self.netns(host)]
 
     def start(self, hosts: list[str]) -> Network:
+        sweep_stale()
         self.block = _free_block()
         self._add_namespace(self.router)
         _run("sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward", netns=self.router)
@@ -193,6 +198,26 @@ def network(hosts: list[str]) -> Iterator[Network]:
         yield net.start(hosts)
     finally:
         net.close()
+
+
+_OURS = re.compile(r"^mcpt([0-9a-f]{6})p(\d+)-")
+
+
+def sweep_stale() -> None:
+    """Remove the namespaces and root links of runs whose pytest process is gone (killed before
+    its finalizers ran): each name carries its owner's pid."""
+    for name in leftovers():
+        found = _OURS.match(name)
+        if found is None or Path(f"/proc/{found.group(2)}").exists():
+            continue
+        with contextlib.suppress(Exception):  # Postgres and Redis outlive a killed pytest
+            for pid in _run("ip", "netns", "pids", name).split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            _run("ip", "netns", "delete", name)
+        with contextlib.suppress(Exception):
+            _run("ip", "link", "delete", f"mcpt{found.group(1)}")
 
 
 def leftovers() -> list[str]:
