@@ -160,6 +160,14 @@ class Settings(BaseSettings):
 
     lease_seconds: float = 30.0
     """A worker holds a task for this long without renewing it before another may take over."""
+    lease_self_fence: bool = False
+    """A prefork worker that could not renew a job's lease for a lease less one watchdog interval
+    (Postgres is out of its reach) kills the job's process before the lease can lapse, so a
+    worker that takes the job over never runs it alongside a body cut off from Postgres (a
+    partition between one worker and the database; without it that body runs on until the
+    worker reaches Postgres again). Off by default: in an outage of Postgres itself nobody can
+    take a job over, and with it on every job running through an outage longer than the lease
+    is stopped and runs again (an attempt)."""
     max_attempts: int = 3
     """Runs of one job before the task fails. A run counts when the tool failed or its process
     died without giving the job back (a crash, an OOM kill); a run the worker gave back (a

@@ -230,3 +230,24 @@ def test_long_one_way_cut_from_postgres_to_worker(net: Network, stack: NetStack)
 def test_long_worker_cut_from_postgres(net: Network, stack: NetStack) -> None:
     result = run_scenario(stack, net, "worker ↔ postgres (long)", 30.0, lambda host: net.cut(host, "pg"))
     _check(result, cut_off_past_the_lease=True)
+
+
+@long_form
+def test_with_the_self_fence_a_worker_cut_from_postgres_never_runs_a_body_twice_at_once(
+    net: Network, hosts: NetServices
+) -> None:
+    """``lease_self_fence``: the cut-off worker kills its bodies before their lease can lapse, so
+    the takeover never runs beside them (it costs an attempt). The lease (6 s) must outlast the
+    watchdog's failing calls: a statement's ``tcp_user_timeout`` (3 s) or a connect (2 s here)."""
+    fenced = NetStack(
+        net, "fenced", hosts.create_database("fenced"), hosts.broker_url, hosts.root / "runs-fenced",
+        MCP_TASKS_LEASE_SELF_FENCE="true", MCP_TASKS_LEASE_SECONDS="6",
+        MCP_TASKS_DB_CONNECT_TIMEOUT_SECONDS="2",
+    )  # fmt: skip
+    with running(fenced):
+        fenced.start_net(concurrency=4)
+        result = run_scenario(
+            fenced, net, "worker ↔ postgres, self-fence on", 15.0, lambda h: net.cut(h, "pg")
+        )
+    assert not result.lost and not result.doubles, result.row()
+    assert not result.overlaps, f"bodies at work twice at once: {result.overlaps}"
