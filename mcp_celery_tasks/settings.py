@@ -402,6 +402,12 @@ class Settings(BaseSettings):
     a third of its main-process CPU per short job and bought only a late duplicate (measured:
     1.63 -> 1.27 ms of worker CPU per noop job, ``tests/bench/worker_drain.py``). A graceful
     stop still hands back the jobs it holds; a job whose child was killed is still requeued."""
+    redis_tcp_user_timeout_ms: int = Field(default=3_000, ge=0)
+    """Every TCP connection to Redis is bounded like those to Postgres (issue 28): keepalives
+    after 5 s idle (then 3 probes 2 s apart) and ``TCP_USER_TIMEOUT`` this long, so a path that
+    dies silently (a cut link: no reset) drops the connection within seconds and kombu connects
+    again. Without them a consumer's BRPOP on a dead connection was measured to wait minutes
+    after the path healed (kombu's own check runs only with its event loop). 0: off."""
     redis_visibility_timeout_seconds: int = 43_200
     """With ``redis_ack_emulation`` on: Redis redelivers an unacknowledged job after this; keep
     it above the longest job, input waits included."""

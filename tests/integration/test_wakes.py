@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -160,3 +161,20 @@ def test_an_expired_inbox_is_gone_and_a_wake_up_brings_it_back(
         with rabbit_app.connection_for_write() as conn:
             conn.default_channel.queue_delete(box.name)
         box.close()
+
+
+def test_a_redis_connection_over_tcp_carries_the_keepalive_and_user_timeout() -> None:
+    """What kombu really sets on the socket (``redis_tcp_user_timeout_ms``, default 3 s)."""
+    if not support.REDIS_URL.startswith("redis://"):
+        pytest.skip("Redis on a unix socket here: no TCP options")
+    with app_for(support.REDIS_URL).connection_for_write() as conn:
+        client = conn.default_channel.client
+        client.ping()
+        connection = client.connection_pool.get_connection()
+        try:
+            sock = connection._sock
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 3000
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 5
+        finally:
+            client.connection_pool.release(connection)
