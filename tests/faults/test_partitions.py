@@ -256,5 +256,10 @@ def test_with_the_self_fence_a_worker_cut_from_postgres_never_runs_a_body_twice_
         result = run_scenario(
             fenced, net, "worker ↔ postgres, self-fence on", 15.0, lambda h: net.cut(h, "pg")
         )
+    # Known cost (measured 63 s of recovery): the kill goes through Celery's revoke-terminate,
+    # which acknowledges the message and leaves the job id revoked on this worker; the job comes
+    # back through the sweeper's lost-message path (every 20 s) until a copy reaches the other.
+    result.notes = "self-fence on; fenced jobs come back via the sweeper"
+    TABLE[-1] = result.row()
     assert not result.lost and not result.doubles, result.row()
     assert not result.overlaps, f"bodies at work twice at once: {result.overlaps}"
