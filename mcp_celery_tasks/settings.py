@@ -180,6 +180,14 @@ class Settings(BaseSettings):
 
     lease_seconds: float = 30.0
     """A worker holds a task for this long without renewing it before another may take over."""
+    lease_self_fence: bool = False
+    """A prefork worker that could not renew a job's lease for a lease less one watchdog interval
+    (Postgres is out of its reach) kills the job's process before the lease can lapse, so a
+    worker that takes the job over never runs it alongside a body cut off from Postgres (a
+    partition between one worker and the database; without it that body runs on until the
+    worker reaches Postgres again). Off by default: in an outage of Postgres itself nobody can
+    take a job over, and with it on every job running through an outage longer than the lease
+    is stopped and runs again (an attempt)."""
     max_attempts: int = 3
     """Runs of one job before the task fails. A run counts when the tool failed or its process
     died without giving the job back (a crash, an OOM kill); a run the worker gave back (a
@@ -303,6 +311,20 @@ class Settings(BaseSettings):
     db_statement_timeout_ms: int = 10_000
     """Postgres ``statement_timeout`` for every connection of ours (sent at connect; through a
     transaction pooler set it on the role instead: ``ALTER ROLE … SET statement_timeout``)."""
+    db_tcp_user_timeout_ms: int = Field(default=3_000, ge=0)
+    """libpq ``tcp_user_timeout``: a connection whose sent data stays unacknowledged this long
+    is dropped (0: the kernel's default, about 15 minutes of retransmissions). A network path
+    that dies silently (a cut link, a partition: no RST ever comes) then fails the statement
+    within this bound instead of hanging the worker or API request for minutes."""
+    db_keepalives_idle_seconds: int = Field(default=5, ge=1)
+    """libpq ``keepalives_idle``: an idle connection (also one waiting for a long statement's
+    answer) is probed after this long, so a dead path shows even when nothing is being sent."""
+    db_keepalives_interval_seconds: int = Field(default=2, ge=1)
+    """libpq ``keepalives_interval``: between unanswered keepalive probes."""
+    db_keepalives_count: int = Field(default=3, ge=1)
+    """libpq ``keepalives_count``: unanswered probes before the connection is dropped (idle +
+    interval * count, 11 s, bounds how long a silent cut goes unnoticed; with a
+    ``tcp_user_timeout`` the kernel drops it at the first probe past that bound: about 7 s)."""
     db_transaction_pooler: bool = False
     """``database_url`` goes through a pooler in transaction mode (PgBouncer
     ``pool_mode=transaction``): statements are never prepared and no startup ``options`` are
@@ -422,6 +444,12 @@ class Settings(BaseSettings):
     a third of its main-process CPU per short job and bought only a late duplicate (measured:
     1.63 -> 1.27 ms of worker CPU per noop job, ``tests/bench/worker_drain.py``). A graceful
     stop still hands back the jobs it holds; a job whose child was killed is still requeued."""
+    redis_tcp_user_timeout_ms: int = Field(default=3_000, ge=0)
+    """Every TCP connection to Redis is bounded like those to Postgres (issue 28): keepalives
+    after 5 s idle (then 3 probes 2 s apart) and ``TCP_USER_TIMEOUT`` this long, so a path that
+    dies silently (a cut link: no reset) drops the connection within seconds and kombu connects
+    again. Without them a consumer's BRPOP on a dead connection was measured to wait minutes
+    after the path healed (kombu's own check runs only with its event loop). 0: off."""
     redis_visibility_timeout_seconds: int = 43_200
     """With ``redis_ack_emulation`` on: Redis redelivers an unacknowledged job after this; keep
     it above the longest job, input waits included."""

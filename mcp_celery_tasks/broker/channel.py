@@ -44,7 +44,14 @@ __all__ = [
 logger = logging.getLogger("mcp_celery_tasks.channel")
 
 RUN_TOOL = "mcp_celery_tasks.run_tool"
-INBOX_EXPIRES_S = 86_400
+INBOX_EXPIRES_S = 600
+"""An inbox nobody consumes, declares or publishes to for this long is deleted by the broker
+(``x-expires``): a dead worker process's queue goes 10 minutes after it, not a day (issue 28).
+A live process loses nothing by it: its inbox is consumed while it waits, declared again
+before every wait, and ``send_wake`` declares it on the way, so an expired inbox comes back
+with the wake-up in it (a wake-up is a hint anyway: the waiter re-reads its row). Changing it
+is a deploy step: RabbitMQ refuses a redeclaration with another value until the queues of the
+processes that run the old one are gone."""
 _FLUSH_DELAY_S = 0.1
 _CONNECT_TIMEOUT_S = 2.0
 _DEFAULT_EXCHANGE = Exchange("")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypedDict
@@ -51,6 +52,10 @@ class TransportOptions(TypedDict, total=False):
     """Redis with ack emulation: seconds before an unacknowledged job is delivered again."""
     confirm_publish: bool
     """RabbitMQ: publisher confirms."""
+    socket_keepalive: bool
+    """Redis over TCP: keepalives (``redis_tcp_user_timeout_ms``)."""
+    socket_keepalive_options: dict[int, int]
+    """Redis over TCP: ``TCP_KEEPIDLE``, ``TCP_KEEPINTVL``, ``TCP_KEEPCNT``, ``TCP_USER_TIMEOUT``."""
 
 
 class BrokerProfile:
@@ -117,11 +122,23 @@ class RedisProfile(BrokerProfile):
     schemes = ("redis", "rediss")
 
     def transport_options(self, settings: Settings) -> TransportOptions:
+        options: TransportOptions = {}
         if not settings.redis_ack_emulation:
-            return {"ack_emulation": False}
-        # Above the longest job including input waits: the lease sweeper, not the visibility
-        # timeout, is the fast recovery path after a crash.
-        return {"visibility_timeout": settings.redis_visibility_timeout_seconds}
+            options["ack_emulation"] = False
+        else:
+            # Above the longest job including input waits: the lease sweeper, not the visibility
+            # timeout, is the fast recovery path after a crash.
+            options["visibility_timeout"] = settings.redis_visibility_timeout_seconds
+        if settings.redis_tcp_user_timeout_ms:
+            # kombu drops both for a unix socket (redis+socket://).
+            options["socket_keepalive"] = True
+            options["socket_keepalive_options"] = {
+                socket.TCP_KEEPIDLE: 5,
+                socket.TCP_KEEPINTVL: 2,
+                socket.TCP_KEEPCNT: 3,
+                socket.TCP_USER_TIMEOUT: settings.redis_tcp_user_timeout_ms,
+            }
+        return options
 
     def redelivery_limit(
         self, transport_options: Mapping[str, Any], settings: Settings

@@ -48,9 +48,9 @@ from mcp_celery_tasks.client.protocol import (
     TaskStore,
 )
 from mcp_celery_tasks.client.stopping import Stopped, signals_stop
+from mcp_celery_tasks.client.terminal import plain
 from mcp_celery_tasks.client.view import duration, heard_from_tool, live_status, print_tools, show_result
 from mcp_celery_tasks.json_types import JSONObject, as_object
-from mcp_celery_tasks.terminal import plain
 
 __all__ = ["check_call", "parse_args", "run_call", "run_tools"]
 

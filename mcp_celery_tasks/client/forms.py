@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.prompt import InvalidResponse, PromptBase
 
+from mcp_celery_tasks.client.terminal import plain
 from mcp_celery_tasks.json_types import JSONObject, JSONValue, as_array, as_object
-from mcp_celery_tasks.terminal import plain
 
 __all__ = ["Answerer", "AnswersError", "load_answers"]
 

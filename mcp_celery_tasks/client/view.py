@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from mcp_celery_tasks.client.terminal import plain, plain_json
 from mcp_celery_tasks.json_types import JSONObject, JSONValue, as_array, as_object
-from mcp_celery_tasks.terminal import plain, plain_json
 
 __all__ = [
     "arguments_text",

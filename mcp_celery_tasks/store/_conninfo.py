@@ -5,6 +5,12 @@ of one client may run on different server connections: a statement psycopg prepa
 does not exist on the next ("prepared statement … does not exist"), and PgBouncer refuses
 startup ``options`` it does not know. So there psycopg never prepares (``prepare_threshold``
 None) and the statement timeout is left to the role or the pooler.
+
+Every TCP connection is bounded on the client side too (issue 28): a cut link drops packets
+without a reset, and a statement already sent would otherwise wait for its answer until the
+kernel gives up retransmitting (about 15 minutes). ``tcp_user_timeout`` bounds unacknowledged
+data, keepalives bound a connection that waits in silence; libpq ignores both on a unix socket.
+The server-side ``statement_timeout`` cannot help there: its error never arrives.
 """
 
 from __future__ import annotations
@@ -24,6 +30,11 @@ class ConnectKwargs(TypedDict, total=False):
     application_name: str
     prepare_threshold: None
     options: str
+    keepalives: int
+    keepalives_idle: int
+    keepalives_interval: int
+    keepalives_count: int
+    tcp_user_timeout: int
 
 
 def connect_kwargs(settings: Settings, application_name: str, *, pooled: bool = True) -> ConnectKwargs:
@@ -36,6 +47,11 @@ def connect_kwargs(settings: Settings, application_name: str, *, pooled: bool = 
         "autocommit": True,
         "connect_timeout": max(1, int(settings.db_connect_timeout_seconds)),
         "application_name": application_name,
+        "keepalives": 1,
+        "keepalives_idle": settings.db_keepalives_idle_seconds,
+        "keepalives_interval": settings.db_keepalives_interval_seconds,
+        "keepalives_count": settings.db_keepalives_count,
+        "tcp_user_timeout": settings.db_tcp_user_timeout_ms,
     }
     if pooled and settings.db_transaction_pooler:
         kwargs["prepare_threshold"] = None

@@ -60,6 +60,7 @@ class ApiStore:
         their CPU there)."""
         self._last_recover = 0.0
         self._closing: set[asyncio.Task[None]] = set()
+        self._checking: set[asyncio.Task[None]] = set()
 
     async def open(self) -> None:
         await self._pool.open(wait=False)
@@ -97,6 +98,15 @@ class ApiStore:
         task = asyncio.create_task(old.close(timeout=1))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+
+    def _check_idle(self) -> None:
+        """Test every idle pooled connection in the background (one check at a time): dead ones
+        are dropped, and the requests meanwhile get fresh connections."""
+        if any(not task.done() for task in self._checking):
+            return
+        task = asyncio.create_task(self._pool.check())
+        self._checking.add(task)
+        task.add_done_callback(self._checking.discard)
 
     async def close(self) -> None:
         await self._pool.close()
@@ -144,7 +154,14 @@ class ApiStore:
                     # is in its reconnect backoff. Answer now; rebuild the pool if Postgres is back.
                     await self._recover()
                     raise
-                if attempt == 2 or not isinstance(cause, psycopg.OperationalError):
+                if attempt == 2 or not isinstance(cause, psycopg.OperationalError) or _timed_out(cause):
+                    # A connection that timed out (``tcp_user_timeout``: the path to Postgres went
+                    # silent, no reset) says the pool's other idle connections are as dead: a
+                    # retry on one would wait the whole bound again. Answer now and have them
+                    # checked in the background, so the next requests connect afresh and are
+                    # told within ``db_unavailable_after_seconds`` while the path stays cut.
+                    if broke and _timed_out(cause):
+                        self._check_idle()
                     exc.maybe_applied = sent or broke
                     raise
                 sent = sent or broke
@@ -361,3 +378,9 @@ class ApiStore:
             raise InfrastructureError("lost the task event connection") from exc
         finally:
             await conn.close()
+
+
+def _timed_out(cause: BaseException | None) -> bool:
+    """libpq gave up on a silent connection (``tcp_user_timeout`` or keepalives): "could not
+    receive data from server: Connection timed out"."""
+    return isinstance(cause, psycopg.OperationalError) and "timed out" in str(cause).lower()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -66,14 +67,17 @@ logger = logging.getLogger("mcp_celery_tasks.worker")
 
 def inbox_factory(app: Celery) -> Callable[[], Inbox]:
     """The inbox of the calling worker process, made on first use (after the fork): one queue
-    per process, ``mcp.inbox.<host>.<pid>``, with constant arguments."""
+    per process, ``mcp.inbox.<host>.<pid>.<random>``, with constant arguments. The random part
+    keeps a reused pid (a restarted container's processes have the same ones) off an earlier
+    process's queue, which may still be there, declared with other arguments by an older
+    release (``channel.INBOX_EXPIRES_S``)."""
     inboxes: dict[int, Inbox] = {}
 
     def inbox() -> Inbox:
         pid = os.getpid()
         if pid not in inboxes:
             inboxes.clear()  # the parent's, inherited through the fork
-            inboxes[pid] = Inbox(app, f"mcp.inbox.{socket.gethostname()}.{pid}")
+            inboxes[pid] = Inbox(app, f"mcp.inbox.{socket.gethostname()}.{pid}.{secrets.token_hex(3)}")
         return inboxes[pid]
 
     return inbox

@@ -12,6 +12,10 @@ It runs in a prefork worker's main process, outside every job's interpreter, and
   still stopped, or at the first tick after the whole worker wakes. The watchdog knows which job
   a child claimed, and as which identity, from the claim itself (``claims``), not from an
   earlier tick: a child frozen within its job's first tick is recognised too (issue 28).
+- **Fence** (``lease_self_fence``, off by default). A job whose lease could not be renewed for
+  a lease less one interval (the database is out of this worker's reach) has its process killed
+  before the lease can lapse: a worker cut off from Postgres never runs a body alongside the one
+  that took the job over.
 - **Hard stop.** A job whose task was cancelled (by its client or an admin) and that has not
   returned ``cancel_grace_seconds`` later has its process killed, whatever the lease settings
   (its lease is kept meanwhile); the pool replaces it, the task stays ``cancelled``, and the
@@ -84,6 +88,8 @@ class _Track:
     run_s: float = 0.0
     last_seen: float = field(default_factory=time.monotonic)
     seen_ours: bool = False
+    renewed_at: float | None = None
+    """When the request that last renewed the lease went out (``lease_self_fence``)."""
     soft_sent: bool = False
     stopping: bool = False
     limits: JobLimits | None = None
@@ -156,11 +162,37 @@ class Watchdog:
             rows = self._store.watch_jobs(request, self._settings.lease_seconds)
         except InfrastructureError:
             logger.warning("watchdog: the database is unreachable; leases renew when it returns")
+            if self._settings.lease_self_fence:
+                self._fence(live)
             return
         for job in live:
             row = rows.get(f"{job.job_id} {self._holder(job)}")
             if row is not None:
-                self._look_at(job, row, self._tracks[job], now, frozen=states[job] in _STOPPED)
+                track = self._tracks[job]
+                if row["ours"] and states[job] not in _STOPPED:
+                    track.renewed_at = now
+                self._look_at(job, row, track, now, frozen=states[job] in _STOPPED)
+
+    def _fence(self, live: Sequence[RunningJob]) -> None:
+        """Kill the process of every job whose lease may lapse before the next tick: another
+        worker may take the job over then, and this one cannot know (``lease_self_fence``).
+        Nothing is written (the database is out of reach); the taker's claim counts the run."""
+        now = time.monotonic()
+        bound = self._settings.lease_seconds - self._settings.watchdog_interval_seconds
+        for job in live:
+            track = self._tracks[job]
+            renewed = track.renewed_at if track.renewed_at is not None else track.last_seen
+            if track.stopping or now - renewed < bound:
+                continue
+            track.stopping = True
+            metrics.forced_stops.labels("unknown", "lease_fence").inc()
+            logger.warning(
+                "job %s stopped by force: its lease could not be renewed for %.1f s",
+                job.job_id,
+                now - renewed,
+                extra={"event": "task.forced_stop", "job_id": job.job_id, "reason": "lease_fence"},
+            )
+            self._terminate(job.job_id)
 
     @property
     def has_frozen(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -11,7 +12,9 @@ from typing import Any
 
 import pytest
 import redis
+from kombu import Queue
 
+from mcp_celery_tasks.broker import channel
 from mcp_celery_tasks.broker.celery_app import create_app
 from mcp_celery_tasks.broker.channel import Inbox, send_wake
 from mcp_celery_tasks.cli.admin.tasks import _notify_broker
@@ -125,3 +128,74 @@ def test_an_operator_cancel_wakes_by_job_id(broker_url: str, inbox: Inbox) -> No
     settings = Settings(database_url=support.dsn_for("unused"), broker_url=broker_url)
     assert _notify_broker(settings, "job-0815", inbox.name) is None
     assert inbox.wait("job-0815", 5.0)
+
+
+@pytest.fixture
+def rabbit_app() -> Any:
+    if os.environ.get("MCP_TASKS_TEST_EMBEDDED") == "1" or not support.rabbitmq_reachable():
+        pytest.skip("no RabbitMQ on this machine")
+    return app_for(support.AMQP_URL)
+
+
+def _exists(app: Any, name: str) -> bool:
+    with app.connection_for_write() as conn:
+        try:
+            conn.default_channel.queue_declare(name, passive=True)
+        except Exception as exc:  # NOT_FOUND closes the channel
+            assert "NOT_FOUND" in str(exc) or "404" in str(exc), exc
+            return False
+        return True
+
+
+def test_an_inbox_on_rabbitmq_expires_ten_minutes_after_its_last_use(rabbit_app: Any) -> None:
+    """The queue carries our short ``x-expires`` on the server: a redeclaration with the old
+    one-day value is refused, naming the value the queue really has."""
+    box = Inbox(rabbit_app, f"mcpt.inbox.test.{uuid.uuid4().hex[:10]}")
+    box.declare()
+    try:
+        with rabbit_app.connection_for_write() as conn:
+            day = Queue(box.name, routing_key=box.name, durable=True, expires=86_400)
+            with pytest.raises(Exception, match="x-expires") as refused:
+                day(conn.default_channel).declare()
+        assert str(channel.INBOX_EXPIRES_S * 1000) in str(refused.value), refused.value
+    finally:
+        with rabbit_app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(box.name)
+        box.close()
+
+
+def test_an_expired_inbox_is_gone_and_a_wake_up_brings_it_back(
+    rabbit_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead process's inbox disappears once unused for ``INBOX_EXPIRES_S`` (1 s here); a
+    wake-up sent after that declares it again and still reaches a waiter."""
+    monkeypatch.setattr(channel, "INBOX_EXPIRES_S", 1)
+    box = Inbox(rabbit_app, f"mcpt.inbox.test.{uuid.uuid4().hex[:10]}")
+    box.declare()
+    box.close()  # the process is gone: nobody consumes, declares or publishes
+    try:
+        # A passive declare counts as a use (it renews the lease): look less often than it expires.
+        support.wait_until(lambda: not _exists(rabbit_app, box.name), 15, 2.0, what="the inbox to expire")
+        send_wake(rabbit_app, box.name, "mine")
+        assert box.wait("mine", 5.0)
+    finally:
+        with rabbit_app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(box.name)
+        box.close()
+
+
+def test_a_redis_connection_over_tcp_carries_the_keepalive_and_user_timeout() -> None:
+    """What kombu really sets on the socket (``redis_tcp_user_timeout_ms``, default 3 s)."""
+    if not support.REDIS_URL.startswith("redis://"):
+        pytest.skip("Redis on a unix socket here: no TCP options")
+    with app_for(support.REDIS_URL).connection_for_write() as conn:
+        client = conn.default_channel.client
+        client.ping()
+        connection = client.connection_pool.get_connection()
+        try:
+            sock = connection._sock
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 3000
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 5
+        finally:
+            client.connection_pool.release(connection)

@@ -3,6 +3,7 @@ queue-depth semantics (the e2e broker tests run the real brokers)."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
@@ -62,7 +63,7 @@ def test_a_new_broker_is_one_new_class() -> None:
 def test_an_app_built_for_redis_turns_kombus_ack_emulation_off_by_default() -> None:
     settings = Settings(broker_url="redis://127.0.0.1:1/0", redis_visibility_timeout_seconds=7200)
     options = create_app(settings).conf.broker_transport_options
-    assert options == {"ack_emulation": False}
+    assert options["ack_emulation"] is False and "visibility_timeout" not in options
     assert RedisProfile().redelivery_limit(options, settings) is None  # nothing comes back by time
 
 
@@ -70,7 +71,22 @@ def test_an_app_built_for_redis_with_ack_emulation_carries_the_visibility_timeou
     settings = Settings(
         broker_url="redis://127.0.0.1:1/0", redis_ack_emulation=True, redis_visibility_timeout_seconds=7200
     )
-    assert create_app(settings).conf.broker_transport_options == {"visibility_timeout": 7200}
+    options = create_app(settings).conf.broker_transport_options
+    assert options["visibility_timeout"] == 7200 and "ack_emulation" not in options
+
+
+def test_redis_connections_are_bounded_against_a_silent_cut() -> None:
+    settings = Settings(broker_url="redis://127.0.0.1:1/0", redis_tcp_user_timeout_ms=4000)
+    options = create_app(settings).conf.broker_transport_options
+    assert options["socket_keepalive"] is True
+    assert options["socket_keepalive_options"] == {
+        socket.TCP_KEEPIDLE: 5,
+        socket.TCP_KEEPINTVL: 2,
+        socket.TCP_KEEPCNT: 3,
+        socket.TCP_USER_TIMEOUT: 4000,
+    }
+    off = Settings(broker_url="redis://127.0.0.1:1/0", redis_tcp_user_timeout_ms=0)
+    assert "socket_keepalive" not in create_app(off).conf.broker_transport_options
 
 
 def test_an_app_built_for_rabbitmq_confirms_publishes() -> None:

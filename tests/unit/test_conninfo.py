@@ -46,3 +46,27 @@ def test_a_transaction_pooler_without_a_direct_url_is_refused() -> None:
 def test_the_direct_url_accepts_the_sqlalchemy_spelling() -> None:
     settings = Settings(direct_database_url="postgresql+psycopg://app@db/tasks")
     assert settings.direct_database_url == "postgresql://app@db/tasks"
+
+
+def test_every_connection_bounds_a_silent_network_cut_on_the_client_side() -> None:
+    settings = Settings(
+        database_url=DIRECT,
+        db_tcp_user_timeout_ms=7000,
+        db_keepalives_idle_seconds=4,
+        db_keepalives_interval_seconds=1,
+        db_keepalives_count=2,
+    )
+    for kwargs in (connect_kwargs(settings, "x"), connect_kwargs(settings, "x", pooled=False)):
+        assert kwargs["keepalives"] == 1 and kwargs["tcp_user_timeout"] == 7000
+        assert (kwargs["keepalives_idle"], kwargs["keepalives_interval"], kwargs["keepalives_count"]) == (
+            4,
+            1,
+            2,
+        )
+    defaults = connect_kwargs(Settings(database_url=DIRECT), "x")
+    idle, interval, count = (
+        defaults["keepalives_idle"],
+        defaults["keepalives_interval"],
+        defaults["keepalives_count"],
+    )
+    assert idle + interval * count <= 15 and 0 < defaults["tcp_user_timeout"] <= 15_000

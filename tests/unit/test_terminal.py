@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from mcp_celery_tasks.client.terminal import plain, plain_json
 from mcp_celery_tasks.json_types import JSONValue
-from mcp_celery_tasks.terminal import plain, plain_json
 
 
 @pytest.mark.parametrize(

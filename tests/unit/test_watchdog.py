@@ -336,3 +336,38 @@ def test_without_a_device_measure_only_rss_is_checked(clock: list[float], procs:
     made.tick([RunningJob("j", 1)])
     made.tick([RunningJob("j", 1)])
     assert rows.forced == [] and terminated == []
+
+
+def test_with_the_fence_a_job_whose_lease_cannot_be_renewed_is_stopped_before_it_lapses(
+    clock: list[float], procs: dict[int, Any]
+) -> None:
+    rows = Rows()
+    rows.row("j")
+    procs[1] = ("R", 0)
+    made, terminated, _ = dog(rows, lease_self_fence=True, lease_seconds=10.0, watchdog_interval_seconds=1.0)
+    made.tick([RunningJob("j", 1, claimed_as=f"{HOST}:1:x")])
+    assert rows.renewed == ["j"]  # renewed at 1000: the lease runs to 1010
+    rows.down = True  # cut off from Postgres from here on
+    for second in range(1, 9):
+        clock[0] = 1000.0 + second
+        made.tick([RunningJob("j", 1, claimed_as=f"{HOST}:1:x")])
+    assert terminated == []  # 8 s without a renewal: the lease still holds past the next tick
+    clock[0] = 1009.0  # a lease less one interval: the next tick could come after it lapsed
+    made.tick([RunningJob("j", 1, claimed_as=f"{HOST}:1:x")])
+    assert terminated == ["j"]
+    clock[0] = 1010.0
+    made.tick([RunningJob("j", 1, claimed_as=f"{HOST}:1:x")])
+    assert terminated == ["j"]  # once
+
+
+def test_without_the_fence_a_long_outage_stops_nothing(clock: list[float], procs: dict[int, Any]) -> None:
+    rows = Rows()
+    rows.row("j")
+    procs[1] = ("R", 0)
+    made, terminated, _ = dog(rows, lease_seconds=10.0)
+    made.tick([RunningJob("j", 1, claimed_as=f"{HOST}:1:x")])
+    rows.down = True
+    for second in range(1, 61):
+        clock[0] = 1000.0 + second
+        made.tick([RunningJob("j", 1, claimed_as=f"{HOST}:1:x")])
+    assert terminated == []

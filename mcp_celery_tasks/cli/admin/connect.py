@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import typer
 
 from mcp_celery_tasks.cli.dev import record as devrecord
-from mcp_celery_tasks.terminal import plain
+from mcp_celery_tasks.client.terminal import plain
 
 if TYPE_CHECKING:
     from mcp_celery_tasks.settings import Settings

@@ -37,7 +37,7 @@ from mcp_celery_tasks.cli.admin.view import (
 )
 from mcp_celery_tasks.cli.admin.workers import list_workers
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
-from mcp_celery_tasks.terminal import plain
+from mcp_celery_tasks.client.terminal import plain
 
 if TYPE_CHECKING:
     from mcp_celery_tasks.settings import Settings

@@ -23,7 +23,7 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
 
-from mcp_celery_tasks.terminal import plain
+from mcp_celery_tasks.client.terminal import plain
 
 __all__ = [
     "LsLayout",
