@@ -143,10 +143,12 @@ def _seed_hostile(db_url: str) -> str:
 
 def _piped(db_url: str, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
-    env |= {"MCP_TASKS_DATABASE_URL": db_url}
+    # Wide enough that no cell is cut short with "…" (Rich otherwise sizes a pipe from whatever
+    # terminal stdin happens to be, or 80 columns), and no terminal inherited.
+    env |= {"MCP_TASKS_DATABASE_URL": db_url, "COLUMNS": "400"}
     ran = subprocess.run(
         [sys.executable, "-m", "mcp_celery_tasks.cli", "tasks", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     return ran.stdout

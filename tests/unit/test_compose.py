@@ -206,8 +206,10 @@ def test_only_the_api_gets_the_sealing_keys_and_the_tokens(config: dict[str, Any
             continue
         assert not {v.removesuffix("_FILE") for v in _environment(service)} & only_api, name
         assert not {keys, tokens} & set(_mounted_secrets(service).values()), name
+    # and the bearer token of /metrics, which Prometheus holds too (the scraper must send it)
     assert api_mounted.keys() == {
-        api_env[f"MCP_TASKS_{n}_FILE"] for n in ("DATABASE_URL", "BROKER_URL", "SECRET_KEYS", "AUTH_TOKENS")
+        api_env[f"MCP_TASKS_{n}_FILE"]
+        for n in ("DATABASE_URL", "BROKER_URL", "SECRET_KEYS", "AUTH_TOKENS", "METRICS_TOKEN")
     }
 
 
