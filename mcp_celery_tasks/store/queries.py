@@ -326,15 +326,19 @@ RETURNING task_id
 
 # Other jobs of the task's queue wait for a worker slot (in the backlog or in the broker), or its
 # principal already holds ``max_waiting`` resident waits there: a job waiting for input then
-# suspends at once (capacity-based eviction, as Hatchet's). Index probes only.
+# suspends at once (capacity-based eviction, as Hatchet's). Index probes only. Work counts once it
+# has waited ``grace_s``: a job created or published a moment ago is usually taken by a free slot
+# within milliseconds, and evicting for it would re-run a wait nobody needed to give up.
 SUSPEND_NOW: Final[LiteralString] = f"""
 SELECT EXISTS (
     SELECT 1 FROM mcp_tasks b
     WHERE b.queue = t.queue AND b.dispatched_at IS NULL AND b.status IN {ACTIVE_SQL}
+      AND b.created_at < now() - %(grace_s)s * interval '1 second'
 ) OR EXISTS (
     SELECT 1 FROM mcp_tasks q
     WHERE q.queue = t.queue AND q.dispatched_at IS NOT NULL AND q.suspended_at IS NULL
       AND q.status IN {ACTIVE_SQL} AND q.lease_until IS NULL AND q.task_id <> t.task_id
+      AND q.dispatched_at < now() - %(grace_s)s * interval '1 second'
 ) OR (
     SELECT count(*) FROM mcp_tasks w
     WHERE w.queue = t.queue AND w.owner = t.owner AND w.status = '{INPUT_REQUIRED}'

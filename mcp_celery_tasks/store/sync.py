@@ -56,6 +56,10 @@ __all__ = ["WorkerStore"]
 
 R = TypeVar("R")
 
+SUSPEND_DEMAND_GRACE_S = 1.0
+"""How long queued work must have waited before a job waiting for input gives it its slot
+(``queries.SUSPEND_NOW``)."""
+
 
 class _NotOurs(Exception):
     """Raised inside a transaction to roll it back: the task is not this worker's any more."""
@@ -246,7 +250,11 @@ class WorkerStore(RegistryCalls):
     def suspend_now(self, task_id: str) -> bool:
         """Should a job waiting for input give its slot back at once: other jobs of its queue wait
         for a slot, or its principal already holds its most resident waits in the queue."""
-        params = {"task_id": task_id, "max_waiting": self._settings.max_waiting_inputs_per_principal}
+        params = {
+            "task_id": task_id,
+            "max_waiting": self._settings.max_waiting_inputs_per_principal,
+            "grace_s": SUSPEND_DEMAND_GRACE_S,
+        }
         rows = self._rows(queries.SUSPEND_NOW, params, typed_rows(SuspendNow))
         return bool(rows and rows[0]["now"])
 
