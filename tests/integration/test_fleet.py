@@ -5,7 +5,6 @@ held by one live process at a time, and two beats are told apart from a beat's r
 from __future__ import annotations
 
 import datetime as dt
-import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -192,20 +191,3 @@ def test_the_workers_overview_shows_live_workers_their_devices_and_the_jobs_on_t
     assert {found["task_id"]: found["device"] for found in devices} == on_device
     listed = {found["task_id"]: found["device"] for found in store.admin_list(limit=50)}
     assert {task_id: listed[task_id] for task_id in on_device} == on_device
-
-
-def test_the_readmes_sql_runs_against_the_migrated_schema(db: Db, store: WorkerStore) -> None:
-    gpu = WorkerInfo(
-        node="gpu@host-a", hostname="host-a", pid=100, pids=(101,), queues=("gpu",), slots=1,
-        version="1.0", pool="prefork", instance="one", started_at=dt.datetime.now(dt.UTC), devices=["0"],
-    )  # fmt: skip
-    assert store.heartbeat(gpu, 30) is None
-    readme = (support.ROOT / "README.md").read_text()
-    blocks = re.findall(r"```sql\n(.*?)```", readme, flags=re.DOTALL)
-    statements = [s.strip() for block in blocks for s in block.split(";") if s.strip().strip("-\n ")]
-    assert any("mcp_workers_overview" in statement for statement in statements)
-    for statement in statements:
-        # bytes: a query read from a file is no LiteralString; one that fails to plan raises here
-        rows = db.execute(statement.encode()).fetchall()
-        if "mcp_workers_overview" in statement:
-            assert [row["node"] for row in rows] == ["gpu@host-a"]
