@@ -169,7 +169,7 @@ class Settings(BaseSettings):
     device (its ``CUDA_VISIBLE_DEVICES``), and the concurrency is devices x slots per device."""
     worker_slots_per_gpu: int = 1
     """Pool children that share one device on a GPU worker (``worker --slots-per-gpu``)."""
-    worker_gpu_max_tasks_per_child: int = 1
+    worker_gpu_max_tasks_per_child: int = Field(default=1, ge=0)
     """A GPU worker replaces its pool child after this many jobs (unless
     ``worker_max_tasks_per_child`` says otherwise), so device memory a job left behind (caching
     allocators, leaked tensors) goes back to the device: 1 recycles after every job. 0: never."""

@@ -32,7 +32,7 @@ from mcp_celery_tasks.cli.admin.connect import (
 )
 from mcp_celery_tasks.cli.admin.tasks import admin_app
 from mcp_celery_tasks.cli.dev import record as devrecord
-from mcp_celery_tasks.cli.gpus import GpusOpt, SlotsOpt, apply_gpu_options
+from mcp_celery_tasks.cli.gpus import GpuMaxTasksOpt, GpusOpt, SlotsOpt, apply_gpu_options
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
 from mcp_celery_tasks.telemetry.logs import configure_logging
 
@@ -181,6 +181,7 @@ def worker(
     hostname: Annotated[str | None, typer.Option("-n", "--hostname")] = None,
     gpus: GpusOpt = None,
     slots_per_gpu: SlotsOpt = None,
+    gpu_max_tasks_per_child: GpuMaxTasksOpt = None,
     database_url: DatabaseOpt = None,
     broker_url: BrokerOpt = None,
     tools: ToolsOpt = None,
@@ -197,7 +198,9 @@ def worker(
         raise typer.Exit(2)
     _drop_api_secrets()
     settings = _settings(database_url, broker_url, tools)
-    settings, concurrency = apply_gpu_options(settings, gpus, slots_per_gpu, pool, concurrency)
+    settings, concurrency = apply_gpu_options(
+        settings, gpus, slots_per_gpu, pool, concurrency, gpu_max_tasks_per_child
+    )
     consumed = [q.strip() for q in (queues or settings.default_queue).split(",") if q.strip()]
     # A maintenance-only worker runs the GC and the sweeper, never a tool: it needs none.
     runs_tools = any(q != settings.maintenance_queue for q in consumed)

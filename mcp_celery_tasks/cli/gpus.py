@@ -1,4 +1,5 @@
-"""The ``worker`` command's GPU options: ``--gpus`` and ``--slots-per-gpu``, checked at start.
+"""The ``worker`` command's GPU options: ``--gpus``, ``--slots-per-gpu`` and
+``--gpu-max-tasks-per-child``, checked at start.
 
 A bad value is a one-line refusal (exit 2) before anything connects, forks or imports a tool;
 the worker's main process checks the same settings again when Celery starts it
@@ -14,7 +15,7 @@ import typer
 if TYPE_CHECKING:
     from mcp_celery_tasks.settings import Settings
 
-__all__ = ["GpusOpt", "SlotsOpt", "apply_gpu_options"]
+__all__ = ["GpuMaxTasksOpt", "GpusOpt", "SlotsOpt", "apply_gpu_options"]
 
 GpusOpt = Annotated[
     str | None,
@@ -31,6 +32,16 @@ SlotsOpt = Annotated[
     ),
 ]
 
+GpuMaxTasksOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--gpu-max-tasks-per-child",
+        metavar="N",
+        help="Replace a GPU pool child after N jobs, giving its device memory back; default 1 "
+        "(MCP_TASKS_WORKER_GPU_MAX_TASKS_PER_CHILD, where 0 keeps children)",
+    ),
+]
+
 
 def _refuse(reason: str) -> typer.Exit:
     typer.echo(f"worker: {reason}", err=True)
@@ -38,18 +49,37 @@ def _refuse(reason: str) -> typer.Exit:
 
 
 def apply_gpu_options(
-    settings: Settings, gpus: str | None, slots_per_gpu: int | None, pool: str, concurrency: int | None
+    settings: Settings,
+    gpus: str | None,
+    slots_per_gpu: int | None,
+    pool: str,
+    concurrency: int | None,
+    gpu_max_tasks_per_child: int | None = None,
 ) -> tuple[Settings, int | None]:
     """The settings with the flags applied, and the worker's concurrency: devices x slots on a
-    GPU worker (a ``-c`` that disagrees is refused), else ``concurrency`` unchanged."""
+    GPU worker (a ``-c`` that disagrees is refused), else ``concurrency`` unchanged.
+
+    ``--gpu-max-tasks-per-child`` takes 1 or more: a flag given on a GPU worker's command line is
+    there to recycle, so 0 reads as a typo; keeping children for good (device memory never given
+    back) stays a deliberate setting of the environment variable."""
     from mcp_celery_tasks.worker.devices import DeviceError, plan_devices
 
-    if gpus is not None or slots_per_gpu is not None:
-        given = {"worker_gpus": gpus, "worker_slots_per_gpu": slots_per_gpu}
+    if gpu_max_tasks_per_child is not None and gpu_max_tasks_per_child < 1:
+        raise _refuse(
+            f"--gpu-max-tasks-per-child must be at least 1 (got {gpu_max_tasks_per_child}); to never "
+            "recycle a GPU child, set MCP_TASKS_WORKER_GPU_MAX_TASKS_PER_CHILD=0"
+        )
+    given = {"worker_gpus": gpus, "worker_slots_per_gpu": slots_per_gpu,
+             "worker_gpu_max_tasks_per_child": gpu_max_tasks_per_child}  # fmt: skip
+    if any(value is not None for value in given.values()):
         settings = settings.model_copy(update={k: v for k, v in given.items() if v is not None})
     if not settings.worker_gpus:
-        if slots_per_gpu is not None:
-            raise _refuse("--slots-per-gpu needs --gpus (or MCP_TASKS_WORKER_GPUS)")
+        for flag, value in (
+            ("--slots-per-gpu", slots_per_gpu),
+            ("--gpu-max-tasks-per-child", gpu_max_tasks_per_child),
+        ):
+            if value is not None:
+                raise _refuse(f"{flag} needs --gpus (or MCP_TASKS_WORKER_GPUS)")
         return settings, concurrency
     if pool != "prefork":
         raise _refuse(f"--gpus needs the prefork pool (one process per device), not -P {pool}")

@@ -14,7 +14,8 @@ ADMIN_LIST: Final[LiteralString] = """
 SELECT o.task_id, o.job_id, o.status, o.tool, o.owner, o.queue,
        CASE WHEN o.status = 'working' AND t.dispatched_at IS NULL THEN 'queued (fair backlog)'
             ELSE o.status_message END AS status_message,
-       o.created_at, o.age, o.runtime, o.attempts, o.outstanding_inputs, o.last_error, o.error_kind
+       o.created_at, o.age, o.runtime, o.attempts, o.outstanding_inputs, o.last_error, o.error_kind,
+       o.device
 FROM mcp_tasks_overview o JOIN mcp_tasks t USING (task_id)
 -- 'errored' (admins only): completed with isError, a tool error, crash or limit (error_kind);
 -- 'input_required' is every task waiting for input, resident or suspended.

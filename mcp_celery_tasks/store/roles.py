@@ -12,7 +12,8 @@ makes the login roles the processes connect as members (``GRANT mcp_tasks_worker
   delete a task, nor touch limits or sessions.
 - ``mcp_tasks_maintenance``: the maintenance worker (GC, sweeper): a worker that may also delete
   expired tasks and sessions.
-- ``mcp_tasks_admin``: the ``tasks`` commands: everything above, plus the principal limits.
+- ``mcp_tasks_admin``: the ``tasks`` commands: everything above, plus the principal limits and
+  the workers overview (``mcp_workers_overview``).
 - ``mcp_tasks_autoscaler``: an autoscaler (KEDA's PostgreSQL trigger): the demand view only (a
   view runs with its owner's rights, so it reads counts, never a task row).
 
@@ -92,6 +93,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_workers": _ALL,
         "mcp_tasks_overview": _READ,
         "mcp_queue_demand": _READ,
+        "mcp_workers_overview": _READ,  # live workers, their devices and the jobs on them
         "alembic_version": _READ,
     },
     "mcp_tasks_autoscaler": {

@@ -31,6 +31,7 @@ from mcp_celery_tasks.store.queries import NOTIFY_CHANNEL
 
 __all__ = [
     "NOTIFY_CHANNEL",
+    "VIEWS",
     "maintenance",
     "metadata",
     "principal_limits",
@@ -55,6 +56,11 @@ metadata = MetaData(
 )
 
 STATUS_CHECK = lifecycle.CHECK
+
+VIEWS = ("mcp_tasks_overview", "mcp_queue_demand", "mcp_workers_overview")
+"""The views the migrations create (``alembic check`` does not see views, so they are named here):
+the tasks overview (0001, last changed in 0015: ``device``), the demand per queue (0013) and the
+live workers with the jobs on them (0015). Each is granted in ``roles.GRANTS``."""
 
 tasks = Table(
     "mcp_tasks",
@@ -257,7 +263,7 @@ task_checkpoint_chunks = Table(
     PrimaryKeyConstraint("task_id", "name", "generation", "seq"),
 )
 
-# ---- the worker registry (migration 0013; its view mcp_queue_demand is there) ----------------
+# ---- the worker registry (migration 0013; its views: mcp_queue_demand there, mcp_workers_overview in 0015)
 
 workers = Table(
     "mcp_workers",

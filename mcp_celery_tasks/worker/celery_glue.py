@@ -353,6 +353,8 @@ def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> Non
     def _register(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not app:
             return
+        if pinned:
+            _announce_gpus(sender)
         presence = Presence(store, settings, _snapshot(sender, pinned))
         presence.start()
         presences.append(presence)
@@ -452,13 +454,22 @@ def _pin_children(worker: Any, settings: Settings, *, prefork: bool) -> tuple[st
     worker.concurrency = plan.concurrency
     if not worker.max_tasks_per_child and settings.worker_gpu_max_tasks_per_child:
         worker.max_tasks_per_child = settings.worker_gpu_max_tasks_per_child
-    table = devices.open_table(plan)
+    devices.open_table(plan)
+    return tuple(plan.devices)
+
+
+def _announce_gpus(consumer: Any) -> None:
+    """The GPU worker's plan, logged once it is ready: at ``worker_init`` (where the children are
+    pinned) Celery has not set up logging yet, and an info line there is lost."""
+    table = devices.opened_table()
+    if table is None:
+        return
+    recycle = getattr(getattr(consumer, "controller", None), "max_tasks_per_child", None)
     logger.info(
         "GPU worker: devices %s, %d slot(s) each, children recycled after %s job(s)",
-        ",".join(plan.devices), plan.slots_per_gpu, worker.max_tasks_per_child or "unlimited",
-        extra={"event": "worker.gpus", "devices": list(plan.devices), "table": str(table.path)},
+        ",".join(table.plan.devices), table.plan.slots_per_gpu, recycle or "unlimited",
+        extra={"event": "worker.gpus", "devices": list(table.plan.devices), "table": str(table.path)},
     )  # fmt: skip
-    return tuple(plan.devices)
 
 
 def warn_about_api_secrets(environ: Mapping[str, str]) -> bool:

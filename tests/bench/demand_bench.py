@@ -11,7 +11,9 @@ resident and suspended; registers ``--workers`` workers; then measures, per samp
   ``demand_interval_seconds``) and KEDA's per-queue query: wall time (median, p95 of 30) and the
   Postgres backend's CPU (its /proc stat, so the server must run on this machine);
 - one heartbeat of each of the ``--workers`` workers (the upsert each worker main process runs
-  once per ``worker_heartbeat_seconds``): total wall time and backend CPU for all of them.
+  once per ``worker_heartbeat_seconds``): total wall time and backend CPU for all of them;
+- ``tasks workers`` and the admins' ``mcp_workers_overview`` view (the live workers with the jobs
+  each runs now).
 
 Then it repeats the demand query with ``--big-active`` active rows (a backlog that size) to show
 that the cost follows the active rows, not the table.
@@ -155,6 +157,9 @@ def main() -> int:
             report(f"{args.workers} heartbeats (every worker, one interval)", *timed(beat_all, 5, beats_pid))
             report(f"tasks workers ({args.workers} workers and their jobs)",
                    *timed(lambda: store.workers(), 5, beats_pid))  # fmt: skip
+            overview = "SELECT * FROM mcp_workers_overview"
+            report(f"workers overview view ({args.workers} live workers and their jobs)",
+                   *timed(lambda: conn.execute(overview).fetchall(), 10, pid))  # fmt: skip
             for row in conn.execute(
                 "SELECT queue, demand_slots, waiting_suspended, worker_slots FROM mcp_queue_demand"
             ):

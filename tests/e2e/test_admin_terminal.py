@@ -105,6 +105,50 @@ def test_top_says_how_to_quit_and_ctrl_c_exits_0(db_url: str, tmux: str) -> None
     assert "EXIT=0" in screen and "Traceback" not in screen, screen
 
 
+def _register_worker(
+    db_url: str, node: str, hostname: str, devices: list[str] | None, slots: int = 2
+) -> None:
+    """A live row of the worker registry, as a worker's heartbeat writes it (pid 100, child 101)."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO mcp_workers (node, hostname, pid, pids, queues, slots, devices, version, pool,
+                 instance, expires_at)
+               VALUES (%s, %s, 100, '{101}', '{mcp.default}', %s, %s, '1.0', 'prefork', 'i',
+                 now() + interval '1 minute')""",
+            (node, hostname, slots, None if devices is None else psycopg.types.json.Jsonb(devices)),
+        )
+
+
+def test_top_shows_the_demand_per_queue_and_the_workers_with_their_devices(db_url: str) -> None:
+    (running, running_job), (queued, _) = _seed(db_url, 2)
+    _register_worker(db_url, "gpu-1@pod-a", "pod-a", ["0", "1"])
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE mcp_tasks SET worker = 'pod-a:101:n', device = '1', dispatched_at = now(),"
+            " lease_until = now() + interval '1 minute' WHERE task_id = %s",
+            (running,),
+        )
+    out = _piped(db_url, "top", "--once")
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines() if "│" in line]
+    # mcp.default: 2 want a slot (1 in the backlog, 1 running), 1 of 2 slots free, 1 worker.
+    demand = next(r for r in rows if r[:1] == ["mcp.default"] and len(r) == 10)
+    assert demand[:7] + demand[8:] == ["mcp.default", "2", "1", "0", "1", "0", "0", "1 of 2", "1"], out
+    worker = next(r for r in rows if r[:1] == ["gpu-1@pod-a"])
+    assert worker[1:4] == ["mcp.default", "1 of 2", "0, 1"] and worker[5] == "1: summarize_file", out
+    listed = _piped(db_url, "ls")
+    header = next(line for line in listed.splitlines() if "status" in line and "task" in line)
+    assert "device" in header
+    row = next(line for line in listed.splitlines() if running in line)
+    assert [c.strip() for c in row.split("│")][1:6] == [
+        running,
+        running_job,
+        "working",
+        "summarize_file",
+        "1",
+    ], listed
+    assert queued in listed
+
+
 # ---- values from callers and tools are shown inert (red team N5) ---------------------------------
 
 TITLE = "pwned-title"
@@ -138,6 +182,8 @@ def _seed_hostile(db_url: str) -> str:
                     psycopg.types.json.Jsonb(error) if error else None,
                 ),
             )
+        conn.execute("UPDATE mcp_tasks SET worker = 'evil-host:101:n' WHERE task_id = %s", (task_id,))
+    _register_worker(db_url, f"w\x1b]0;{TITLE}\x07@evil-host", "evil-host", ["GPU-\u202e0\x1b[2J"])
     return task_id
 
 
@@ -166,6 +212,7 @@ def test_escapes_and_markup_from_callers_and_tools_print_inert(db_url: str, comm
         assert "step 1 of 2 done" in out  # the readable rest of the message survives
     if command[0] == "top":
         assert "[blink]now[/blink]" in out
+        assert "w@evil-host" in out and "GPU-0" in out  # the worker's readable rest survives
 
 
 def test_an_escape_laden_sub_cannot_retitle_clear_or_link_the_operators_terminal(

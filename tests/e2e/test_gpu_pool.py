@@ -4,8 +4,9 @@ A prefork worker started with ``--gpus 0,1`` runs two pool children, each pinned
 (``CUDA_VISIBLE_DEVICES``); the fixture tools (tests/fixtures/gpu.py) report what their process
 sees. While one child holds device 0 busy, every other job (after a crash, or in a child recycled
 after each job, the GPU default) must land on device 1, never on the busy one. Also: the
-refusals at start (bad ``--gpus``, ``--slots-per-gpu 0``, the threads pool, CUDA initialised in
-the main process by a tool module).
+refusals at start (bad ``--gpus``, ``--slots-per-gpu 0``, ``--gpu-max-tasks-per-child 0``, the
+threads pool, CUDA initialised in the main process by a tool module), and the recycling flag
+reaching Celery.
 """
 
 from __future__ import annotations
@@ -205,6 +206,23 @@ def _fake_smi(folder: Path) -> str:
         ),
         (["--gpus", "auto"], {"CUDA_VISIBLE_DEVICES": ""}, "CUDA_VISIBLE_DEVICES lists no device"),
         (["--gpus", "3"], {"PATH": "smi"}, "no device 3 on this machine (nvidia-smi -L: 0, 1)"),
+        (
+            ["--gpus", "0", "--gpu-max-tasks-per-child", "0"],
+            {},
+            "--gpu-max-tasks-per-child must be at least 1 (got 0); to never recycle a GPU child, "
+            "set MCP_TASKS_WORKER_GPU_MAX_TASKS_PER_CHILD=0",
+        ),
+        (
+            ["--gpus", "0", "--gpu-max-tasks-per-child", "-2"],
+            {},
+            "--gpu-max-tasks-per-child must be at least 1",
+        ),
+        (["--gpu-max-tasks-per-child", "2"], {}, "--gpu-max-tasks-per-child needs --gpus"),
+        (
+            ["--gpus", "0"],
+            {"MCP_TASKS_WORKER_GPU_MAX_TASKS_PER_CHILD": "-1"},
+            "MCP_TASKS_WORKER_GPU_MAX_TASKS_PER_CHILD='-1': Input should be greater than or equal to 0",
+        ),
     ],
 )
 def test_bad_gpu_settings_are_refused_with_one_line(
@@ -216,6 +234,30 @@ def test_bad_gpu_settings_are_refused_with_one_line(
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], done.stderr
+
+
+def test_the_recycling_flag_sets_how_many_jobs_a_gpu_child_runs(db_url: str) -> None:
+    env = {**_gpu_env(), **support.stack_env(db_url, support.REDIS_URL, f"r{uuid.uuid4().hex[:6]}")}
+    env["MCP_TASKS_TOOL_MODULES"] = '["tests.fixtures.gpu"]'
+    worker = support.spawn(
+        "gpu-recycle-worker",
+        ["worker", "--gpus", "0,1", "--gpu-max-tasks-per-child", "3", "-Q", env["MCP_TASKS_DEFAULT_QUEUE"],
+         "-n", f"gpu-recycle-{os.getpid()}@localhost"],
+        env,
+    )  # fmt: skip
+    try:
+        line = support.wait_until(
+            lambda: next(
+                (x for x in worker.log.read_text().splitlines() if "GPU worker: devices" in x), None
+            ),
+            30,
+            0.1,
+            what="the GPU worker's start-up line",
+        )
+        # Celery's own max_tasks_per_child, as the worker set it before the pool forked.
+        assert "devices 0,1, 1 slot(s) each, children recycled after 3 job(s)" in line, line
+    finally:
+        worker.stop(signal.SIGQUIT, timeout=20)
 
 
 def test_gpus_auto_without_any_way_to_list_devices_is_refused(tmp_path: Path) -> None:

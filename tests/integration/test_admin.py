@@ -48,12 +48,25 @@ def _seed(db_url: str) -> None:
 
 def test_readme_admin_queries_run_and_answer(db_url: str) -> None:
     _seed(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:  # a GPU worker running task-0 on device 1
+        for node, devices in (("gpu@pod-a", '["0", "1"]'), ("cpu@pod-b", None)):
+            conn.execute(
+                """INSERT INTO mcp_workers (node, hostname, pid, pids, queues, slots, devices, instance,
+                     expires_at)
+                   VALUES (%s, split_part(%s, '@', 2), 100, '{101}', '{q}', 2, %s, 'i',
+                     now() + interval '1 minute')""",
+                (node, node, devices),
+            )
+        conn.execute("UPDATE mcp_tasks SET worker = 'pod-a:101:n', device = '1' WHERE task_id = 'task-0'")
     statements = _readme_sql()
-    assert len(statements) == 3
+    assert len(statements) == 4
     with psycopg.connect(db_url) as conn:
-        waiting, failed, slowest = (conn.execute(sql).fetchall() for sql in statements)
+        waiting, failed, gpus, slowest = (conn.execute(sql).fetchall() for sql in statements)
     assert [row[0] for row in waiting] == ["task-0"] and waiting[0][4] == 1
     assert failed == [("demo", "boom", 1)]
+    ((node, listed, running, free, _age, jobs),) = gpus  # the CPU worker is left out
+    assert (node, listed, running, free) == ("gpu@pod-a", ["0", "1"], 1, 1)
+    assert [(job["job_id"], job["device"]) for job in jobs] == [("job-0", "1")]
     assert slowest[0][0] == "demo"
 
 

@@ -143,3 +143,51 @@ def test_two_beats_at_once_are_seen_and_a_restarted_beat_is_not(store: WorkerSto
     assert store.saw_beat("gen22@beat-b", 30, 0) == ["gen11@beat-a"]
     beats = [row for row in store.workers() if row["kind"] == "beat"]
     assert {(row["hostname"], row["pid"]) for row in beats} == {("beat-a", 11), ("beat-b", 22)}
+
+
+def test_the_workers_overview_shows_live_workers_their_devices_and_the_jobs_on_them(
+    db: Db, store: WorkerStore
+) -> None:
+    gpu = WorkerInfo(
+        node="gpu@host-a", hostname="host-a", pid=100, pids=(101, 102), queues=("gpu",), slots=2,
+        version="1.0", pool="prefork", instance="one", started_at=dt.datetime.now(dt.UTC),
+        devices=["0", "1"],
+    )  # fmt: skip
+    assert store.heartbeat(gpu, 30) is None
+    assert store.heartbeat(info("cpu@host-a", instance="two", pids=(201,)), 30) is None
+    assert store.heartbeat(info("gone@host-a", instance="three", pids=(301,)), 30) is None
+    db.execute("UPDATE mcp_workers SET expires_at = now() - interval '1 second' WHERE node = 'gone@host-a'")
+    on_device = {insert(db, "gpu", "running", worker="host-a:101:n1"): "1",
+                 insert(db, "gpu", "resident", worker="host-a:102:n2"): "0"}  # fmt: skip
+    for task_id, device in on_device.items():
+        db.execute(
+            "UPDATE mcp_tasks SET device = %s, started_at = now() WHERE task_id = %s", (device, task_id)
+        )
+    insert(db, "gpu", "running", worker="host-b:101:n3")  # same pid, another host: not this worker's
+    insert(db, "q1", "running", worker="host-a:301:n4")  # the dead worker's process
+    insert(db, "gpu", "completed", worker="host-a:101:n5")  # finished: runs nothing now
+
+    rows = {row["node"]: row for row in db.execute("SELECT * FROM mcp_workers_overview").fetchall()}
+    assert set(rows) == {"gpu@host-a", "cpu@host-a"}  # the dead one is left out
+    row = rows["gpu@host-a"]
+    assert (row["queues"], row["slots"], row["devices"], row["running"], row["free_slots"]) == (
+        ["gpu"], 2, ["0", "1"], 2, 0,
+    )  # fmt: skip
+    assert dt.timedelta(0) <= row["heartbeat_age"] < dt.timedelta(seconds=10)
+    assert sorted((job["status"], job["device"]) for job in row["jobs"]) == [
+        ("input_required", "0"), ("working", "1"),
+    ]  # fmt: skip
+    assert {job["job_id"] for job in row["jobs"]} == {
+        found["job_id"]
+        for found in db.execute("SELECT job_id FROM mcp_tasks WHERE task_id = ANY(%s)", (list(on_device),))
+    }
+    idle = rows["cpu@host-a"]
+    assert (idle["devices"], idle["running"], idle["free_slots"], idle["jobs"]) == (None, 0, 4, [])
+
+    # The tasks overview names the device too (what tasks ls shows).
+    devices = db.execute(
+        "SELECT task_id, device FROM mcp_tasks_overview WHERE task_id = ANY(%s)", (list(on_device),)
+    ).fetchall()
+    assert {found["task_id"]: found["device"] for found in devices} == on_device
+    listed = {found["task_id"]: found["device"] for found in store.admin_list(limit=50)}
+    assert {task_id: listed[task_id] for task_id in on_device} == on_device

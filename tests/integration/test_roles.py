@@ -59,7 +59,7 @@ def login(db_url: str) -> Iterator[Login]:
 
 
 def test_every_table_of_the_schema_is_in_the_map() -> None:
-    tables = set(schema.metadata.tables) | {"mcp_tasks_overview", "mcp_queue_demand", "alembic_version"}
+    tables = set(schema.metadata.tables) | set(schema.VIEWS) | {"alembic_version"}
     assert set(roles.GRANTS["mcp_tasks_admin"]) == tables
     for grants in roles.GRANTS.values():
         assert set(grants) <= tables
@@ -214,8 +214,20 @@ def test_a_worker_records_steps_and_replaces_checkpoints_and_a_task_deleted_take
 def test_the_autoscaler_reads_the_demand_view_and_nothing_else(login: Login) -> None:
     dsn = login("mcp_tasks_autoscaler")
     _allowed(dsn, "SELECT COALESCE(max(demand_slots), 0) FROM mcp_queue_demand WHERE queue = 'gpu'")
-    for table in ("mcp_tasks", "mcp_workers", "mcp_task_inputs", "mcp_tasks_overview"):
+    for table in (
+        "mcp_tasks",
+        "mcp_workers",
+        "mcp_task_inputs",
+        "mcp_tasks_overview",
+        "mcp_workers_overview",
+    ):
         _denied(dsn, f"SELECT 1 FROM {table}")
+
+
+def test_the_admin_reads_the_workers_overview_and_the_processes_do_not(login: Login) -> None:
+    _allowed(login("mcp_tasks_admin"), "SELECT node, devices, jobs FROM mcp_workers_overview")
+    for group in ("mcp_tasks_api", "mcp_tasks_worker", "mcp_tasks_maintenance"):
+        _denied(login(group), "SELECT 1 FROM mcp_workers_overview")
 
 
 def test_a_worker_registers_beats_and_deregisters_its_own_row(login: Login) -> None:

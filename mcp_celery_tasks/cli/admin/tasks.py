@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.text import Text
 
 from mcp_celery_tasks.cli.admin.connect import (
     EXIT_CODES_HELP,
@@ -35,7 +36,7 @@ from mcp_celery_tasks.cli.admin.view import (
     show_table,
     summary_view,
 )
-from mcp_celery_tasks.cli.admin.workers import list_workers
+from mcp_celery_tasks.cli.admin.workers import list_workers, top_tables
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
 from mcp_celery_tasks.client.terminal import plain
 
@@ -164,8 +165,11 @@ def top(
     ] = 2.0,
     once: Annotated[bool, typer.Option("--once", help="Print one screen and exit")] = False,
 ) -> None:
-    """A live view for admins without Grafana: running, waiting for input, queued, failures."""
+    """A live view for admins without Grafana: running, waiting for input, queued, the demand per
+    queue, the live workers and their devices, failures."""
     from rich.live import Live
+
+    from mcp_celery_tasks.errors import InfrastructureError
 
     settings, store = _open()
 
@@ -173,7 +177,11 @@ def top(
         with friendly_errors(settings):
             active, failures = store.admin_summary()
             principals = store.admin_principals()
-        return summary_view(active, failures, caption, principals)
+        try:
+            fleet: list[RenderableType] = top_tables(store.workers(), store.queue_demand())
+        except InfrastructureError as exc:  # a registry not migrated or granted: the rest still shows
+            fleet = [Text(f"workers: {exc}", style="yellow")]
+        return summary_view(active, failures, caption, principals, fleet)
 
     if once:
         print_whole(console, screen(""))

@@ -73,9 +73,12 @@ def _message(row: Mapping[str, object]) -> str:
     return str(row.get("last_error") or row.get("status_message") or "")[:80]
 
 
-# Left out first on a narrow terminal, in this order; ids and status always stay.
-OPTIONAL_COLUMNS: tuple[str, ...] = ("message", "inputs", "tries", "runtime", "owner", "age", "tool")
-COLUMN_ORDER: tuple[str, ...] = ("tool", "owner", "age", "runtime", "tries", "inputs", "message")
+# Left out first on a narrow terminal, in this order; ids and status always stay. ``device`` (the
+# GPU of the latest run) is a column only when a listed row has one: a CPU-only fleet never sees it.
+OPTIONAL_COLUMNS: tuple[str, ...] = (
+    "message", "inputs", "tries", "device", "runtime", "owner", "age", "tool"
+)  # fmt: skip
+COLUMN_ORDER: tuple[str, ...] = ("tool", "device", "owner", "age", "runtime", "tries", "inputs", "message")
 # A place for a dispatch position ("queued #3") is the status column: the fair-dispatch work may
 # fill it in through status_cell without changing the layout.
 
@@ -93,6 +96,7 @@ class LsLayout:
 def _cells(row: Mapping[str, object]) -> dict[str, Text]:
     return {
         "tool": cell(row["tool"]),
+        "device": cell(row.get("device")),
         "owner": cell(row["owner"]),
         "age": cell(row["age"]),
         "runtime": cell(row["runtime"]),
@@ -144,14 +148,15 @@ def print_whole(console: Console, renderable: RenderableType) -> None:
 
 def ls_table(rows: Sequence[Mapping[str, object]], console: Console, *, wide: bool) -> tuple[Table, LsLayout]:
     """The widest layout that fits the console without cutting an id."""
-    layout = LsLayout(False, False, COLUMN_ORDER, ())
+    shown = tuple(n for n in COLUMN_ORDER if n != "device" or any(row.get("device") for row in rows))
+    layout = LsLayout(False, False, shown, ())
     table = _build(rows, layout, narrow_box=False)
     if wide or not console.is_terminal or natural_width(console, table) <= console.width:
         return table, layout
-    columns = list(COLUMN_ORDER)
+    columns = list(shown)
     dropped: list[str] = []
     candidates = [LsLayout(True, False, tuple(columns), ())]
-    for name in OPTIONAL_COLUMNS:
+    for name in (n for n in OPTIONAL_COLUMNS if n in shown):
         columns.remove(name)
         dropped.append(name)
         candidates.append(LsLayout(True, False, tuple(columns), tuple(dropped)))
@@ -168,8 +173,10 @@ def summary_view(
     failures: Sequence[Mapping[str, object]],
     caption: str,
     principals: Sequence[Mapping[str, object]] | None = None,
+    fleet: Sequence[RenderableType] = (),
 ) -> Group:
-    """The ``top`` screen: active tasks per queue and tool, fair dispatch per principal, then the
+    """The ``top`` screen: active tasks per queue and tool, fair dispatch per principal, the
+    ``fleet`` (the demand per queue and the live workers, ``workers.top_tables``), then the
     latest failures."""
     table = Table(
         "queue", "tool", "running", "queued", "backlog", Column("waiting for input", no_wrap=True),
@@ -205,7 +212,7 @@ def summary_view(
             cell(row.get("error_kind")),
             cell(plain(row["last_error"])[:70]),
         )
-    return Group(table, shares, failed, Text(caption, style="dim"))
+    return Group(table, shares, *fleet, failed, Text(caption, style="dim"))
 
 
 SHOW_FIELDS = (

@@ -1,5 +1,7 @@
 """``mcp-celery-tasks tasks workers``: the workers the registry knows, what each runs now, and the
-demand per queue an autoscaler sees (``mcp_queue_demand``)."""
+demand per queue an autoscaler sees (``mcp_queue_demand``); and the compact form ``tasks top``
+shows. Every value goes through ``cell`` (``terminal.plain``): node names, devices and tool names
+come from processes an operator does not control."""
 
 from __future__ import annotations
 
@@ -9,14 +11,14 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 import typer
-from rich.console import Console, Group
-from rich.table import Table
+from rich.console import Console, Group, RenderableType
+from rich.table import Column, Table
 from rich.text import Text
 
 from mcp_celery_tasks.cli.admin.connect import admin_settings, admin_store, friendly_errors
-from mcp_celery_tasks.cli.admin.view import fmt, print_whole
+from mcp_celery_tasks.cli.admin.view import cell, fmt, print_whole
 
-__all__ = ["list_workers", "workers_view"]
+__all__ = ["list_workers", "top_tables", "workers_view"]
 
 console = Console()
 
@@ -59,6 +61,27 @@ def _jobs(jobs: object) -> str:
     )
 
 
+def _listed(values: object) -> str:
+    """Queues or devices: ``0, 1`` for a list, JSON for anything else a worker wrote."""
+    if values is None:
+        return ""
+    if isinstance(values, list):
+        return ", ".join(map(str, values))
+    return json.dumps(values)
+
+
+def _heartbeat(row: Mapping[str, object]) -> Text:
+    heartbeat = cell(_age(row.get("heartbeat_age_s")), style="" if row.get("alive") else "red")
+    if not row.get("alive"):
+        heartbeat.append(" (dead)")
+    return heartbeat
+
+
+def _oldest(row: Mapping[str, object], unit: str = "s") -> Text:
+    oldest = row.get("oldest_queued_s")
+    return cell(f"{oldest:.0f}{unit}" if isinstance(oldest, int | float) else "")
+
+
 def workers_view(workers: Sequence[Mapping[str, object]], demand: Sequence[Mapping[str, object]]) -> Group:
     """The two tables: workers (live first), then the demand per queue."""
     table = Table(title="workers", title_justify="left")
@@ -66,24 +89,48 @@ def workers_view(workers: Sequence[Mapping[str, object]], demand: Sequence[Mappi
                  "heartbeat", "running now"):  # fmt: skip
         table.add_column(name)
     for row in workers:
-        queues = row.get("queues")
-        devices = row.get("devices")
-        heartbeat = Text(_age(row.get("heartbeat_age_s")), style="" if row.get("alive") else "red")
-        if not row.get("alive"):
-            heartbeat.append(" (dead)")
         table.add_row(
-            fmt(row["node"]), fmt(row["kind"]), fmt(row["hostname"]),
-            ", ".join(map(str, queues)) if isinstance(queues, list) else "", fmt(row.get("slots")),
-            fmt(row.get("pool")), fmt(row.get("version")),
-            "" if devices is None else json.dumps(devices), fmt(row.get("started_at")), heartbeat,
-            _jobs(row.get("jobs")),
+            cell(row["node"]), cell(row["kind"]), cell(row["hostname"]), cell(_listed(row.get("queues"))),
+            cell(row.get("slots")), cell(row.get("pool")), cell(row.get("version")),
+            cell(_listed(row.get("devices"))), cell(row.get("started_at")), _heartbeat(row),
+            cell(_jobs(row.get("jobs"))),
         )  # fmt: skip
     queues = Table(title="demand per queue (mcp_queue_demand)", title_justify="left")
-    columns = DEMAND_COLUMNS
-    for name in columns:
+    for name in DEMAND_COLUMNS:
         queues.add_column(name)
     for row in demand:
-        oldest = row.get("oldest_queued_s")
-        queues.add_row(*(f"{oldest:.0f}" if name == "oldest_queued_s" and isinstance(oldest, float)
-                         else fmt(row.get(name)) for name in columns))  # fmt: skip
+        queues.add_row(*(_oldest(row, "") if name == "oldest_queued_s" else cell(row.get(name))
+                         for name in DEMAND_COLUMNS))  # fmt: skip
     return Group(table, queues)
+
+
+def top_tables(
+    workers: Sequence[Mapping[str, object]], demand: Sequence[Mapping[str, object]]
+) -> list[RenderableType]:
+    """``tasks top``'s compact fleet: the demand per queue (what an autoscaler is told), then the
+    live workers with their devices and what each runs now (``tasks workers`` has every field)."""
+    queues = Table(
+        "queue", Column("wants slots", no_wrap=True), "backlog", "queued", "running",
+        Column("waiting for input", no_wrap=True), "suspended", "oldest",
+        Column("free slots", no_wrap=True), "workers",
+        title="demand per queue (wants slots: what an autoscaler reads; suspended tasks do not count)",
+    )  # fmt: skip
+    for row in demand:
+        queues.add_row(
+            cell(row["queue"]), cell(row["demand_slots"]), cell(row["backlog"]), cell(row["published"]),
+            cell(row["running"]), cell(row["waiting_resident"]), cell(row["waiting_suspended"]),
+            _oldest(row), cell(f"{row['slots_available']} of {row['worker_slots']}"), cell(row["workers"]),
+        )  # fmt: skip
+    live = [row for row in workers if row.get("kind") == "worker"]
+    fleet = Table(
+        Column("worker", no_wrap=True), "queues", "busy", "devices", "heartbeat", "running now",
+        title="workers" if live else "workers: none live (nothing consumes the queues)",
+    )  # fmt: skip
+    for row in live:
+        jobs = row.get("jobs")
+        busy = f"{len(jobs) if isinstance(jobs, list) else 0} of {fmt(row.get('slots'))}"
+        fleet.add_row(
+            cell(row["node"]), cell(_listed(row.get("queues"))), cell(busy),
+            cell(_listed(row.get("devices"))), _heartbeat(row), cell(_jobs(jobs)),
+        )  # fmt: skip
+    return [queues, fleet]
