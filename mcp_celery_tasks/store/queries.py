@@ -54,17 +54,33 @@ TO_FAILED: Final = guard(FAILED)
 CREATE_TASK: Final[LiteralString] = f"""
 INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, preflight, status, status_message,
     ttl_ms, retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
-    client_capabilities, client_info, session_id, log_level)
+    client_capabilities, client_info, session_id, log_level, idempotency_key, request_digest)
 SELECT %(task_id)s, %(job_id)s, %(owner)s, %(tool_name)s, %(arguments)s, %(preflight)s, '{WORKING}',
     %(status_message)s, %(ttl_ms)s, %(retention_ms)s, %(poll_interval_ms)s, %(queue)s,
     %(max_attempts)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s, %(session_id)s,
-    %(log_level)s
+    %(log_level)s, %(idempotency_key)s, %(request_digest)s
 WHERE %(max_active)s::int IS NULL OR (
     SELECT count(*) FROM (
         SELECT 1 FROM mcp_tasks WHERE owner = %(owner)s AND status IN {ACTIVE_SQL} LIMIT %(max_active)s
     ) AS active
 ) < %(max_active)s
+ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING {TASK_COLUMNS}, now() AS db_now
+"""
+
+# Idempotent calls: the owner's live task created under a key (an expired row, not yet
+# collected, no longer holds its key: ``RELEASE_KEY`` frees it for a new task).
+TASK_BY_KEY: Final[LiteralString] = f"""
+SELECT {TASK_COLUMNS}, statement_timestamp() AS db_now
+FROM mcp_tasks
+WHERE owner = %(owner)s AND idempotency_key = %(idempotency_key)s
+  AND (expires_at IS NULL OR expires_at > statement_timestamp())
+"""
+
+RELEASE_KEY: Final[LiteralString] = """
+UPDATE mcp_tasks SET idempotency_key = NULL
+WHERE owner = %(owner)s AND idempotency_key = %(idempotency_key)s AND expires_at <= statement_timestamp()
+RETURNING task_id
 """
 
 GET_TASK: Final[LiteralString] = f"""
