@@ -4,9 +4,14 @@ writes (tests/fixtures/idempotent.py), not in the database the feature itself wr
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import http.server
 import json
 import os
+import subprocess
+import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import closing
@@ -15,11 +20,14 @@ from typing import Any
 
 import httpx
 import pytest
+from mcp import Client as McpClient
+from mcp_types import TextContent
 from mcp_types import jsonrpc as codes
 
+from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.wire import IDEMPOTENCY_KEY_META_KEY as KEY
 from tests import support
-from tests.support import LOG_DIR, Client, Stack, meta, parse_body, wait_until
+from tests.support import LOG_DIR, ROOT, Client, Stack, meta, parse_body, wait_until
 
 TOKENS = {"alice": "alice-token", "bob": "bob-token"}
 TOOLS = '["tests.fixtures.conformance", "tests.fixtures.idempotent"]'
@@ -229,3 +237,99 @@ def test_an_expired_or_collected_task_frees_its_key(keyed: Stack) -> None:
         assert third not in (first, second)
         client.wait_status(third)
     assert runs_of(keyed, marker) == 3
+
+
+# ---- the client CLI: --idempotency-key, and the same key on its own retries ------------------------
+
+
+def cli_call(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    command = [sys.executable, "-m", "mcp_celery_tasks.cli", "call", "--url", url, "--json", *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_idempotency_key_runs_a_tool_once_however_often_it_is_called(
+    keyed: Stack, tmp_path: Path
+) -> None:
+    key, marker = f"cli-given-{uuid.uuid4()}", uuid.uuid4().hex
+    args = ("counted", "--arg", f"marker={marker}", "--arg", "ms=0", "--idempotency-key", key)
+    first, second = cli_call(tmp_path, keyed.url, *args), cli_call(tmp_path, keyed.url, *args)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert json.loads(first.stdout)["taskId"] == json.loads(second.stdout)["taskId"]
+    assert runs_of(keyed, marker) == 1
+    other = cli_call(tmp_path, keyed.url, "counted", "--arg", f"marker={marker}", "--idempotency-key", key)
+    assert other.returncode != 0 and "other arguments" in other.stderr
+
+
+class _DropFirstCall(http.server.BaseHTTPRequestHandler):
+    """Forwards to the real API, except that the first ``tools/call`` gets no answer: the API
+    handles it (the task is made), then the connection closes (a response lost on the way)."""
+
+    protocol_version = "HTTP/1.0"  # the body ends when the connection closes
+    upstream = ""
+    calls: list[JSONObject] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        message = json.loads(body)
+        headers = {
+            k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")
+        }
+        with httpx.stream("POST", self.upstream, content=body, headers=headers, timeout=60) as answer:
+            if message.get("method") == "tools/call":
+                self.calls.append(message["params"]["_meta"])
+                if len(self.calls) == 1:
+                    answer.read()
+                    self.close_connection = True
+                    return
+            self.send_response(answer.status_code)
+            for name, value in answer.headers.items():
+                if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                    self.send_header(name, value)
+            self.end_headers()
+            for chunk in answer.iter_raw():
+                self.wfile.write(chunk)
+                self.wfile.flush()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_cli_retries_a_create_whose_answer_was_lost_with_the_same_key(keyed: Stack, tmp_path: Path) -> None:
+    calls: list[JSONObject] = []
+    handler = type("Dropper", (_DropFirstCall,), {"upstream": keyed.url, "calls": calls})
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    serving = threading.Thread(target=proxy.serve_forever, daemon=True)
+    serving.start()
+    marker = uuid.uuid4().hex
+    try:
+        url = f"http://127.0.0.1:{proxy.server_address[1]}/mcp"
+        done = cli_call(tmp_path, url, "counted", "--arg", f"marker={marker}", "--arg", "ms=0")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert done.returncode == 0, done.stderr
+    assert len(calls) == 2 and calls[0][KEY] == calls[1][KEY] and str(calls[0][KEY]).startswith("cli-")
+    assert json.loads(done.stdout)["status"] == "completed"
+    assert len(rows_with(keyed, str(calls[0][KEY]))) == 1
+    assert runs_of(keyed, marker) == 1
+
+
+def test_the_official_python_sdk_sends_the_key_in_meta(keyed: Stack) -> None:
+    """What the README shows SDK users: ``call_tool(..., meta={key: ...})``."""
+    key, marker = f"sdk-{uuid.uuid4()}", uuid.uuid4().hex
+
+    sent: Any = {KEY: key}  # RequestParamsMeta takes extra items (PEP 728), which mypy cannot see
+
+    async def twice() -> list[str]:
+        async with McpClient(keyed.url) as client:
+            texts = []
+            for _ in range(2):
+                result = await client.call_tool("counted", {"marker": marker, "ms": 0}, meta=sent)
+                texts += [block.text for block in result.content if isinstance(block, TextContent)]
+            return texts
+
+    assert asyncio.run(twice()) == [f"ran {marker}"] * 2
+    assert len(rows_with(keyed, key)) == 1
+    assert runs_of(keyed, marker) == 1
