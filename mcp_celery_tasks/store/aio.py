@@ -206,9 +206,10 @@ class ApiStore:
         unique index, so any number of concurrent calls make one task. A row that expired
         (not yet collected) gives its key up and the insert is tried again."""
         params = {**_rows.new_task_params(task), "max_active": max_active}
+        sql = queries.CREATE_TASK if task.idempotency_key is None else queries.CREATE_KEYED_TASK
         for _ in range(3):
             try:
-                rows = await self._rows(queries.CREATE_TASK, params, _TASK)
+                rows = await self._rows(sql, params, _TASK)
             except psycopg.errors.UniqueViolation:
                 # The retry of an insert whose first attempt committed before the connection broke.
                 existing = await self.get_task(task.task_id, task.owner)

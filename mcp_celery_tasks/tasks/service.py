@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NotRequired, Protocol, TypedDict
 
-from mcp_celery_tasks.errors import InfrastructureError, InvalidParams, MissingCapability, ServiceUnavailable
+from mcp_celery_tasks.errors import (
+    InfrastructureError,
+    InvalidParams,
+    MissingCapability,
+    QuotaExceeded,
+    ServiceUnavailable,
+)
 from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.lifecycle import INPUT_REQUIRED, WORKING
 from mcp_celery_tasks.settings import Settings
@@ -162,17 +168,24 @@ class TaskService:
         (creations per second, active tasks) may refuse it first (``QuotaExceeded``).
 
         With an ``idempotency_key``, the principal's live task made under that key is returned
-        as it is (no quota taken, nothing published), and -32602 if it was asked for another
-        tool or other arguments (``tasks.idempotency``)."""
+        as it is (its creation token given back, nothing published), and -32602 if it was asked
+        for another tool or other arguments (``tasks.idempotency``). One statement reads and
+        inserts, so a keyed create costs the same round trips as any other."""
         settings = self._settings
-        digest = None
-        if idempotency_key is not None:
-            digest = idempotency.request_digest(spec.name, arguments)
-            existing = await self._store.task_by_key(ctx.principal, idempotency_key)
-            if existing is not None:
-                return self._replayed(existing, spec, digest, as_task)
+        digest = None if idempotency_key is None else idempotency.request_digest(spec.name, arguments)
         limits = await self.quotas.limits(ctx.principal)
-        self.quotas.take_create(ctx.principal, limits)
+        try:
+            self.quotas.take_create(ctx.principal, limits)
+        except QuotaExceeded:
+            # A retry is no new creation: out of tokens, it still finds its task.
+            found = (
+                None
+                if idempotency_key is None
+                else await self._store.task_by_key(ctx.principal, idempotency_key)
+            )
+            if found is None or digest is None:
+                raise
+            return self._replayed(found, spec, digest, as_task)
         if retention_ms is None:
             retention_ms = (
                 int(spec.retention_seconds * 1000) if spec.retention_seconds else settings.retention_ms
@@ -188,8 +201,8 @@ class TaskService:
             raise self._maybe_created(task_id, ctx.principal, as_task, idempotency_key) from exc
         if record is None:
             raise self.quotas.active_exceeded(limits)
-        if record.task_id != task_id:  # a concurrent call with the key won the insert
-            assert digest is not None
+        if digest is not None and record.task_id != task_id:  # the key's task, made before
+            self.quotas.give_back(ctx.principal, limits)
             return self._replayed(record, spec, digest, as_task)
         # The row is committed (autocommit): a tasks/get for this id resolves from here on
         # (SEP-2663 S-12). Publishing happens off the loop; the sweeper covers a crash here.

@@ -3,12 +3,12 @@
     .venv/bin/python tests/bench/idempotency_bench.py [--segments 6] [--calls 200]
 
 Starts an API and a prefork worker (scratch database ``mcp_perf_idem``) and sends task-augmented
-``tools/call`` of ``noop`` over one keep-alive connection, in segments that rotate through three
-kinds: no key (every call before this feature), a fresh key per call (a client that always sends
-one: one indexed read, then the insert also maintains the partial unique index), and the same key
-again (a retry: the read finds the task, nothing is inserted or published). Each kind runs in
-every round, so their ratio means something on a noisy machine. Prints each kind's median p50
-and p90 over its segments, and the cost relative to no key.
+``tools/call`` of ``noop`` over one keep-alive connection, three kinds taking turns call by
+call: no key (every call before this feature), a fresh key per call (a client that always sends
+one: one indexed read, then the insert also maintains the partial unique index), and the same
+key again (a retry: the read finds the task, nothing is inserted or published). Interleaved, so
+their ratio means something on a noisy machine. Prints each kind's median p50 and p90 over the
+segments, and the cost relative to no key.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ KINDS = ("no key", "fresh key", "same key (replay)")
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--segments", type=int, default=6, help="segments of each kind")
-    parser.add_argument("--calls", type=int, default=200, help="calls per segment")
+    parser.add_argument("--calls", type=int, default=200, help="calls of each kind per segment")
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/7")
     args = parser.parse_args()
     support.drop_database(DB)
@@ -50,19 +50,15 @@ def main() -> int:
     try:
         api, url = support.start_api("idem-bench-api", env)
         with httpx.Client(timeout=30) as http:
-            _segment(http, url, "no key", 50)  # warm-up: connections, caches, the worker
-            latencies: dict[str, list[tuple[float, float]]] = {kind: [] for kind in KINDS}
-            for round_ in range(args.segments):
-                order = KINDS[round_ % 3 :] + KINDS[: round_ % 3]  # who goes first rotates
-                for kind in order:
-                    latencies[kind].append(_segment(http, url, kind, args.calls))
-        base = statistics.median(p50 for p50, _ in latencies["no key"])
-        for kind, runs in latencies.items():
-            p50s = [p50 for p50, _ in runs]
+            _segment(http, url, 50)  # warm-up: connections, caches, the worker
+            runs = [_segment(http, url, args.calls) for _ in range(args.segments)]
+        base = statistics.median(run["no key"][0] for run in runs)
+        for kind in KINDS:
+            p50s = [run[kind][0] for run in runs]
             p50 = statistics.median(p50s)
             print(
                 f"{kind:18} create p50 {p50:.3f} ms (segments {min(p50s):.3f}-{max(p50s):.3f}),"
-                f" p90 {statistics.median(p90 for _, p90 in runs):.3f} ms,"
+                f" p90 {statistics.median(run[kind][1] for run in runs):.3f} ms,"
                 f" {100 * (p50 / base - 1):+.1f} % vs no key"
             )
     finally:
@@ -73,27 +69,32 @@ def main() -> int:
     return 0
 
 
-def _segment(http: httpx.Client, url: str, kind: str, calls: int) -> tuple[float, float]:
-    """(p50, p90) in ms of ``calls`` creates of one kind."""
+def _segment(http: httpx.Client, url: str, calls: int) -> dict[str, tuple[float, float]]:
+    """Kind -> (p50, p90) in ms of ``calls`` creates of each kind, the kinds taking turns call
+    by call (the order rotating), so a noisy neighbour slows them all alike."""
     replayed = f"bench-{uuid.uuid4()}"
-    took = []
-    for _ in range(calls):
-        meta = support.meta()
-        if kind == "fresh key":
-            meta[IDEMPOTENCY_KEY_META_KEY] = f"bench-{uuid.uuid4()}"
-        elif kind != "no key":
-            meta[IDEMPOTENCY_KEY_META_KEY] = replayed
-        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
-        body["params"] = {"name": "noop", "arguments": {}, "_meta": meta}
-        headers = {"MCP-Protocol-Version": support.VERSION, "Mcp-Method": "tools/call", "Mcp-Name": "noop"}
-        headers["Accept"] = "application/json, text/event-stream"
-        start = time.perf_counter()
-        answer = http.post(url, json=body, headers=headers)
-        took.append((time.perf_counter() - start) * 1000)
-        if answer.status_code != 200 or answer.json().get("result", {}).get("resultType") != "task":
-            raise SystemExit(f"{kind}: {answer.status_code} {answer.text[:300]}")
-    quantiles = statistics.quantiles(took, n=10)
-    return statistics.median(took), quantiles[8]
+    took: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    for i in range(calls):
+        for kind in KINDS[i % 3 :] + KINDS[: i % 3]:
+            meta = support.meta()
+            if kind == "fresh key":
+                meta[IDEMPOTENCY_KEY_META_KEY] = f"bench-{uuid.uuid4()}"
+            elif kind != "no key":
+                meta[IDEMPOTENCY_KEY_META_KEY] = replayed
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+            body["params"] = {"name": "noop", "arguments": {}, "_meta": meta}
+            headers = {
+                "MCP-Protocol-Version": support.VERSION,
+                "Mcp-Method": "tools/call",
+                "Mcp-Name": "noop",
+            }
+            headers["Accept"] = "application/json, text/event-stream"
+            start = time.perf_counter()
+            answer = http.post(url, json=body, headers=headers)
+            took[kind].append((time.perf_counter() - start) * 1000)
+            if answer.status_code != 200 or answer.json().get("result", {}).get("resultType") != "task":
+                raise SystemExit(f"{kind}: {answer.status_code} {answer.text[:300]}")
+    return {kind: (statistics.median(t), statistics.quantiles(t, n=10)[8]) for kind, t in took.items()}
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from tests.support import LOG_DIR, ROOT, Client, Stack, meta, parse_body, wait_u
 TOKENS = {"alice": "alice-token", "bob": "bob-token"}
 TOOLS = '["tests.fixtures.conformance", "tests.fixtures.idempotent"]'
 LEGACY = "2025-11-25"
+QUOTA_EXCEEDED = -32001
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +238,28 @@ def test_an_expired_or_collected_task_frees_its_key(keyed: Stack) -> None:
         assert third not in (first, second)
         client.wait_status(third)
     assert runs_of(keyed, marker) == 3
+
+
+def test_a_retry_is_no_new_creation_for_the_rate_quota(keyed: Stack) -> None:
+    """Out of creation tokens, a call with a known key still finds its task; one without is 429."""
+    env = dict(
+        keyed.env,
+        MCP_TASKS_CREATES_PER_SECOND_PER_PRINCIPAL="0.1",
+        MCP_TASKS_CREATE_BURST_PER_PRINCIPAL="1",
+    )
+    proc, url = support.start_api(f"idem-quota-{uuid.uuid4().hex[:6]}", env)
+    key, marker = f"quota-{uuid.uuid4()}", uuid.uuid4().hex
+    try:
+        with closing(Client(url)) as client:
+            task_id = call(client, key, {"marker": marker, "ms": 0}).result["taskId"]
+            for _ in range(3):
+                assert call(client, key, {"marker": marker, "ms": 0}).result["taskId"] == task_id
+            refused = call(client, f"new-{uuid.uuid4()}", {"marker": marker, "ms": 0})
+            assert refused.status == 429 and refused.error["code"] == QUOTA_EXCEEDED
+            client.wait_status(task_id)
+    finally:
+        proc.stop()
+    assert runs_of(keyed, marker) == 1
 
 
 # ---- the client CLI: --idempotency-key, and the same key on its own retries ------------------------
