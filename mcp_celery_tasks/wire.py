@@ -36,6 +36,7 @@ __all__ = [
     "ALL_VERSIONS",
     "CLIENT_CAPABILITIES_META_KEY",
     "CLIENT_INFO_META_KEY",
+    "IDEMPOTENCY_KEY_META_KEY",
     "LEGACY_VERSIONS",
     "MODERN_VERSION",
     "PLACE_IN_LINE",
@@ -77,6 +78,11 @@ TOOL_MODE_META_KEY = "io.github.mcp-celery-tasks/taskSupport"
 """A tool's task mode in its ``_meta`` (forbidden / optional / required): 2026-07-28 has no
 tool-level task flag (SPEC-CHECKLIST Q-19). Our own prefix: ``io.modelcontextprotocol/`` is
 reserved for MCP's keys, and a key's name may not contain a slash (CORE-BASIC ``_meta``)."""
+
+IDEMPOTENCY_KEY_META_KEY = "io.github.mcp-celery-tasks/idempotencyKey"
+"""A ``tools/call``'s idempotency key in its ``params._meta`` (SEP-3182's ``idempotencyKey``,
+closed without a replacement, under our prefix): a retry with the same key gets the task the
+first call made (``tasks.idempotency``)."""
 
 PLACE_IN_LINE = "queued: "
 """How the ``statusMessage`` of a task still in the fair backlog begins (``queued: 12 ahead``);

@@ -79,6 +79,7 @@ class MemoryApiStore:
             progress=None,
             progress_total=None,
             log_seq=0,
+            request_digest=task.request_digest,
             db_now=_now(),
         )
 
@@ -86,8 +87,18 @@ class MemoryApiStore:
         active = sum(1 for r in self.rows.values() if r.task.owner == task.owner and r.status in ACTIVE)
         if max_active is not None and active >= max_active:
             return None
+        if task.idempotency_key is not None and (
+            found := await self.task_by_key(task.owner, task.idempotency_key)
+        ):
+            return found
         self.rows[task.task_id] = _Row(task, status_message=task.status_message)
         return self._record(self.rows[task.task_id])
+
+    async def task_by_key(self, owner: str, key: str) -> TaskRecord | None:
+        for row in self.rows.values():
+            if row.task.owner == owner and row.task.idempotency_key == key:
+                return self._record(row)
+        return None
 
     async def principal_limits(self) -> list[dict[str, Any]]:
         return list(self.limits.values())

@@ -351,6 +351,15 @@ def call(
             help="Ctrl-C, SIGTERM or a closed terminal leave the task running (follow it with --resume)",
         ),
     ] = False,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            metavar="KEY",
+            help="Run at most once per KEY: calling again with it follows the task it made "
+            "(default: a fresh key, reused by this call's own retries)",
+        ),
+    ] = None,
 ) -> None:
     """Call a tool as a task on any SEP-2663 server and follow it.
 
@@ -378,6 +387,7 @@ def call(
             answers_file=answers,
             timeout=timeout,
             detach=detach,
+            idempotency_key=idempotency_key,
         )
     )
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -151,8 +152,11 @@ def run_call(
     answers_file: Path | None,
     timeout: float,
     detach: bool = False,
+    idempotency_key: str | None = None,
 ) -> int:
-    """``mcp-celery-tasks call``: start (or resume) a task, follow it to its end; the exit code."""
+    """``mcp-celery-tasks call``: start (or resume) a task, follow it to its end; the exit code.
+    The create carries ``idempotency_key`` (one is made when None), so its retries and a rerun
+    with the same key find the same task."""
     err = Console(stderr=True, soft_wrap=True)
     try:
         if (tool is None) == (resume is None):
@@ -160,12 +164,15 @@ def run_call(
         texts = parse_args(args)
         if resume is not None and texts:
             raise UsageError("--arg goes with a tool name, not with --resume")
+        if resume is not None and idempotency_key is not None:
+            raise UsageError("--idempotency-key goes with a tool name, not with --resume")
         answers = load_answers(answers_file) if answers_file else {}
     except (UsageError, AnswersError) as exc:
         _error(err, str(exc))
         return EXIT_REFUSED
     client = TasksClient(url, token=token, capabilities=CAPABILITIES, timeout_s=timeout)
     call = _Call(err, client, as_json=as_json, answers=answers, detach=detach)
+    call.idempotency_key = idempotency_key or ""
     with signals_stop():
         return _run(call, tool, texts, resume, url_given=url_given)
 
@@ -217,6 +224,8 @@ class _Call:
         """The latest snapshot of the task (what ``--json`` prints when ``--detach`` leaves it)."""
         self.heard = False
         """Whether the tool has shown it runs (``view.heard_from_tool``), for the live line."""
+        self.idempotency_key = ""
+        """The create's key (``""``: made on the first call, kept across its rounds)."""
         interactive = not as_json and sys.stdin.isatty()
         self.answerer = Answerer(err, interactive=interactive, answers=answers, pause=self._paused)
 
@@ -236,7 +245,8 @@ class _Call:
         arguments = check_call(self.client.list_tools(), name, texts)
         self.tool = name
         self.clock = _Clock()
-        result = self.client.call_tool(name, arguments)
+        key = self.idempotency_key or f"cli-{uuid.uuid4()}"
+        result = self.client.call_tool(name, arguments, idempotency_key=key)
         rounds = 0
         while result.get("resultType") == "input_required" and rounds < 10:
             rounds += 1  # MRTR before the task exists (or on a synchronous call)
@@ -246,7 +256,11 @@ class _Call:
                 if (answer := self.answerer(key, request)) is not None
             }
             result = self.client.call_tool(
-                name, arguments, input_responses=responses, request_state=result.get("requestState")
+                name,
+                arguments,
+                input_responses=responses,
+                request_state=result.get("requestState"),
+                idempotency_key=key,
             )
         if result.get("resultType") == "input_required":
             raise UsageError(

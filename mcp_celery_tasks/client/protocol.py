@@ -18,6 +18,7 @@ import base64
 import json
 import os
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ import httpx
 from mcp_celery_tasks.json_types import JSONObject, JSONValue, as_array, as_object
 
 __all__ = [
+    "IDEMPOTENCY_KEY",
     "ClientError",
     "InvalidUrl",
     "RpcError",
@@ -42,6 +44,10 @@ VERSION = "2026-07-28"
 TASKS = "io.modelcontextprotocol/tasks"
 TERMINAL = ("completed", "failed", "cancelled")
 MAX_TOOL_PAGES = 100
+IDEMPOTENCY_KEY = "io.github.mcp-celery-tasks/idempotencyKey"
+"""Our server's idempotency key in ``params._meta`` (a server without it ignores the entry)."""
+CREATE_RETRY_DELAYS_S = (0.5, 2.0)
+"""The pauses before each retry of a create: two retries, then the error is the caller's."""
 
 
 class ClientError(Exception):
@@ -113,9 +119,16 @@ class TasksClient:
     def close(self) -> None:
         self._http.close()
 
-    def request(self, method: str, params: Mapping[str, object], *, name: str | None = None) -> JSONObject:
+    def request(
+        self,
+        method: str,
+        params: Mapping[str, object],
+        *,
+        name: str | None = None,
+        meta: Mapping[str, object] | None = None,
+    ) -> JSONObject:
         """The result of one request (``RpcError`` for a JSON-RPC error, ``ServerUnavailable``
-        when the answer is no JSON-RPC result)."""
+        when the answer is no JSON-RPC result); ``meta``: extra ``_meta`` entries."""
         self._ids += 1
         params = {
             **params,
@@ -123,6 +136,7 @@ class TasksClient:
                 "io.modelcontextprotocol/protocolVersion": VERSION,
                 "io.modelcontextprotocol/clientCapabilities": self._caps,
                 "io.modelcontextprotocol/clientInfo": {"name": "mcp-celery-tasks-call", "version": "1"},
+                **(meta or {}),
             },
         }
         headers = {
@@ -186,14 +200,31 @@ class TasksClient:
         *,
         input_responses: JSONObject | None = None,
         request_state: JSONValue = None,
+        idempotency_key: str | None = None,
     ) -> JSONObject:
-        """``tools/call``; ``request_state`` is an MRTR round's, sent back as the server gave it."""
+        """``tools/call``; ``request_state`` is an MRTR round's, sent back as the server gave it.
+
+        With an ``idempotency_key`` (one is made when it is ``""``), a call whose answer was
+        lost (the connection failed or broke, or the server said it is temporarily unavailable)
+        is sent again with the same key, twice at most: the server answers the task the first
+        one made, so the tool never runs twice for one ``call``. A ``--timeout`` is the
+        caller's own limit and is not retried."""
         params: JSONObject = {"name": name, "arguments": arguments}
         if input_responses is not None:
             params["inputResponses"] = input_responses
         if request_state is not None:
             params["requestState"] = request_state
-        return self.request("tools/call", params, name=name)
+        if idempotency_key is None:
+            return self.request("tools/call", params, name=name)
+        meta = {IDEMPOTENCY_KEY: idempotency_key or f"cli-{uuid.uuid4()}"}
+        for delay_s in CREATE_RETRY_DELAYS_S:
+            try:
+                return self.request("tools/call", params, name=name, meta=meta)
+            except (ServerUnavailable, RpcError) as exc:
+                if not _retryable(exc):
+                    raise
+            time.sleep(delay_s)
+        return self.request("tools/call", params, name=name, meta=meta)
 
     def get(self, task_id: str) -> JSONObject:
         return self.request("tasks/get", {"taskId": task_id}, name=task_id)
@@ -235,6 +266,16 @@ class TasksClient:
             interval_ms = interval if isinstance(interval, int | float) and interval else 1000
             time.sleep(max(0.05, interval_ms / 1000))
             task = self.get(task_id)
+
+
+def _retryable(exc: ServerUnavailable | RpcError) -> bool:
+    """A connection that failed or broke (not our own timeout), or our server's "database
+    away, call again" error (HTTP 503, ``data.unavailable``)."""
+    if isinstance(exc, RpcError):
+        return isinstance(exc.data, dict) and "unavailable" in exc.data
+    return isinstance(exc.__cause__, httpx.HTTPError) and not isinstance(
+        exc.__cause__, httpx.TimeoutException
+    )
 
 
 def _reason(exc: httpx.HTTPError) -> str:

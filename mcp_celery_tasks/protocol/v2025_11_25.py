@@ -41,6 +41,7 @@ from mcp_celery_tasks.protocol.shapes import (
 )
 from mcp_celery_tasks.protocol.synccall import RELATED, Legacy, SyncCall, legacy_message
 from mcp_celery_tasks.store import TaskRecord
+from mcp_celery_tasks.tasks.idempotency import idempotency_key
 from mcp_celery_tasks.tasks.service import RequestContext, TaskView
 from mcp_celery_tasks.tools.registry import InvalidArguments, all_tools
 from mcp_celery_tasks.wire import (
@@ -187,6 +188,7 @@ async def list_tools(
 
 
 async def call_tool(services: Services, ctx: RequestContext, params: LegacyCallToolParams) -> Result:
+    key = idempotency_key(params.meta)
     try:
         spec, arguments = modern.resolve_call(
             services, CallToolParams(name=params.name, arguments=params.arguments)
@@ -220,6 +222,7 @@ async def call_tool(services: Services, ctx: RequestContext, params: LegacyCallT
         as_task=as_task,
         retention_ms=retention_ms,
         log_level=ctx.meta.log_level if relay.logs and ctx.meta is not None else None,
+        idempotency_key=key,
     )
     if as_task:
         created: LegacyCreateTaskResult = {"task": task(record)}

@@ -28,6 +28,7 @@ from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.protocol.shapes import Message
 from mcp_celery_tasks.protocol.synccall import Modern, SyncCall
 from mcp_celery_tasks.store import TaskRecord
+from mcp_celery_tasks.tasks.idempotency import idempotency_key
 from mcp_celery_tasks.tasks.service import UNKNOWN_TASK, RequestContext, TaskView
 from mcp_celery_tasks.telemetry import tracing
 from mcp_celery_tasks.tools.inputs import GIVEN_KEY, MAX_GIVEN
@@ -168,6 +169,7 @@ def resolve_call(services: Services, params: CallToolParams) -> tuple[ToolSpec, 
 
 
 async def _call_tool(services: Services, ctx: RequestContext, params: CallToolParams) -> Result:
+    key = idempotency_key(params.meta.model_extra if params.meta else None)
     try:
         spec, arguments = resolve_call(services, params)
     except InvalidArguments as exc:
@@ -210,7 +212,13 @@ async def _call_tool(services: Services, ctx: RequestContext, params: CallToolPa
         relay = Relay(None, False)  # a task: statusMessage only (S-53); JSON: nowhere to send
     log_level = ctx.meta.log_level if relay.logs and ctx.meta is not None else None
     record = await services.tasks.create(
-        ctx, spec, arguments, as_task=as_task, preflight=preflight, log_level=log_level
+        ctx,
+        spec,
+        arguments,
+        as_task=as_task,
+        preflight=preflight,
+        log_level=log_level,
+        idempotency_key=key,
     )
     if as_task:
         return created(record)

@@ -35,6 +35,8 @@ def new_task_params(task: NewTask) -> dict[str, object]:
         "client_info": jsonb(task.client_info),
         "session_id": task.session_id,
         "log_level": task.log_level,
+        "idempotency_key": task.idempotency_key,
+        "request_digest": task.request_digest,
     }
 
 

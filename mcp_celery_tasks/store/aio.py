@@ -199,16 +199,34 @@ class ApiStore:
 
     async def create_task(self, task: NewTask, max_active: int | None = None) -> TaskRecord | None:
         """Insert and commit a task row (autocommit): a tasks/get resolves once this returns.
-        None when the owner already has ``max_active`` active tasks (the quota)."""
+        None when the owner already has ``max_active`` active tasks (the quota).
+
+        With an idempotency key, the owner's live task under that key when there is one (its
+        ``task_id`` is then not ``task.task_id``): the insert yields to the row that won the
+        unique index, so any number of concurrent calls make one task. A row that expired
+        (not yet collected) gives its key up and the insert is tried again."""
         params = {**_rows.new_task_params(task), "max_active": max_active}
-        try:
-            rows = await self._rows(queries.CREATE_TASK, params, _TASK)
-        except psycopg.errors.UniqueViolation:
-            # The retry of an insert whose first attempt committed before the connection broke.
-            existing = await self.get_task(task.task_id, task.owner)
-            if existing is None:
-                raise
-            return existing
+        sql = queries.CREATE_TASK if task.idempotency_key is None else queries.CREATE_KEYED_TASK
+        for _ in range(3):
+            try:
+                rows = await self._rows(sql, params, _TASK)
+            except psycopg.errors.UniqueViolation:
+                # The retry of an insert whose first attempt committed before the connection broke.
+                existing = await self.get_task(task.task_id, task.owner)
+                if existing is None:
+                    raise
+                return existing
+            if rows or task.idempotency_key is None:
+                return rows[0] if rows else None
+            if (existing := await self.task_by_key(task.owner, task.idempotency_key)) is not None:
+                return existing
+            await self._rows(queries.RELEASE_KEY, params, tuple_row)
+        return None  # refused by the quota (or the key's row vanished three times over)
+
+    async def task_by_key(self, owner: str, key: str) -> TaskRecord | None:
+        """The owner's live task created under idempotency ``key``, or None."""
+        params = {"owner": owner, "idempotency_key": key}
+        rows = await self._rows(queries.TASK_BY_KEY, params, _TASK)
         return rows[0] if rows else None
 
     async def principal_limits(self) -> list[PrincipalLimits]:

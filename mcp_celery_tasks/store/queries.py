@@ -51,20 +51,51 @@ TO_FAILED: Final = guard(FAILED)
 # active-tasks quota; NULL: no limit). Concurrent creates may overshoot it by a few: it bounds
 # a noisy caller, it is not an invariant. ``db_now`` is the transaction's time, which is the row's
 # ``created_at``: a new task has run for 0 ms, however late in its transaction the insert came.
-CREATE_TASK: Final[LiteralString] = f"""
+_INSERT_TASK: Final = f"""
 INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, preflight, status, status_message,
     ttl_ms, retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
-    client_capabilities, client_info, session_id, log_level)
+    client_capabilities, client_info, session_id, log_level, idempotency_key, request_digest)
 SELECT %(task_id)s, %(job_id)s, %(owner)s, %(tool_name)s, %(arguments)s, %(preflight)s, '{WORKING}',
     %(status_message)s, %(ttl_ms)s, %(retention_ms)s, %(poll_interval_ms)s, %(queue)s,
     %(max_attempts)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s, %(session_id)s,
-    %(log_level)s
-WHERE %(max_active)s::int IS NULL OR (
+    %(log_level)s, %(idempotency_key)s, %(request_digest)s
+WHERE (%(max_active)s::int IS NULL OR (
     SELECT count(*) FROM (
         SELECT 1 FROM mcp_tasks WHERE owner = %(owner)s AND status IN {ACTIVE_SQL} LIMIT %(max_active)s
     ) AS active
-) < %(max_active)s
+) < %(max_active)s)"""
+_LIVE_KEY: Final = """owner = %(owner)s AND idempotency_key = %(idempotency_key)s
+  AND (expires_at IS NULL OR expires_at > statement_timestamp())"""
+_KEY_CONFLICT: Final = "ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+
+CREATE_TASK: Final[LiteralString] = f"""{_INSERT_TASK}
+{_KEY_CONFLICT}
 RETURNING {TASK_COLUMNS}, now() AS db_now
+"""
+
+# A keyed create in one round trip: the owner's live task under the key, else the new row. No
+# row at all: the quota refused it, a concurrent call's insert won the index (read it), or an
+# expired row still holds the key (``RELEASE_KEY``, then again).
+CREATE_KEYED_TASK: Final[LiteralString] = f"""
+WITH found AS (
+    SELECT {TASK_COLUMNS}, statement_timestamp() AS db_now FROM mcp_tasks WHERE {_LIVE_KEY}
+), created AS ({_INSERT_TASK} AND NOT EXISTS (SELECT 1 FROM found)
+    {_KEY_CONFLICT}
+    RETURNING {TASK_COLUMNS}, now() AS db_now
+)
+SELECT * FROM created UNION ALL SELECT * FROM found
+"""
+
+# Idempotent calls: the owner's live task created under a key (an expired row, not yet
+# collected, no longer holds its key: ``RELEASE_KEY`` frees it for a new task).
+TASK_BY_KEY: Final[LiteralString] = f"""
+SELECT {TASK_COLUMNS}, statement_timestamp() AS db_now FROM mcp_tasks WHERE {_LIVE_KEY}
+"""
+
+RELEASE_KEY: Final[LiteralString] = """
+UPDATE mcp_tasks SET idempotency_key = NULL
+WHERE owner = %(owner)s AND idempotency_key = %(idempotency_key)s AND expires_at <= statement_timestamp()
+RETURNING task_id
 """
 
 GET_TASK: Final[LiteralString] = f"""

@@ -59,6 +59,10 @@ class NewTask:
     """The 2025-11-25 session that created the task (SEP-1686 tasks/list lists per session)."""
     log_level: str | None = None
     """The lowest level of the job's log messages a synchronous caller asked for (None: none)."""
+    idempotency_key: str | None = None
+    """The client's idempotency key: one live task per owner and key (``tasks.idempotency``)."""
+    request_digest: str | None = None
+    """What a keyed call asked for (tool and arguments), to tell a retry from a reused key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,8 @@ class TaskRecord:
     """The job's last numeric progress report (``notifications/progress`` of a synchronous call)."""
     log_seq: int
     """How many log messages the job recorded for its synchronous caller."""
+    request_digest: str | None
+    """The digest of a keyed call's tool and arguments (None: created without a key)."""
     db_now: datetime
     """The database clock when the row was read: TTLs are computed against it."""
 

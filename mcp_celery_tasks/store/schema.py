@@ -107,6 +107,8 @@ tasks = Table(
     Column("resumed_at", DateTime(timezone=True), nullable=True),
     Column("suspensions", Integer, nullable=False, server_default=text("0")),
     Column("device", Text, nullable=True),
+    Column("idempotency_key", Text, nullable=True),
+    Column("request_digest", Text, nullable=True),
     CheckConstraint(STATUS_CHECK, name="status"),
     Index("ix_mcp_tasks_expires_at", "expires_at"),
     Index("ix_mcp_tasks_owner_created_at", "owner", "created_at"),
@@ -147,6 +149,14 @@ tasks = Table(
         "ix_mcp_tasks_owner_active",
         "owner",
         postgresql_where=text(f"status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"),
+    ),
+    # Idempotent calls: one live task per (owner, key); rows without a key stay out of it.
+    Index(
+        "ix_mcp_tasks_idempotency",
+        "owner",
+        "idempotency_key",
+        unique=True,
+        postgresql_where=text("idempotency_key IS NOT NULL"),
     ),
     Index(
         "ix_mcp_tasks_session_created_at",

@@ -114,6 +114,12 @@ class Quotas:
             )
         bucket.tokens -= 1.0
 
+    def give_back(self, principal: str, limits: Limits) -> None:
+        """Return the token of a create that made nothing (an idempotent call's replay)."""
+        bucket = self._buckets.get(principal)
+        if limits.creates_per_second > 0 and bucket is not None:
+            bucket.tokens = min(max(1.0, float(limits.create_burst)), bucket.tokens + 1.0)
+
     def _prune(self, now: float, rate: float, burst: float) -> None:
         full = [p for p, b in self._buckets.items() if b.tokens + (now - b.stamp) * rate >= burst]
         for principal in full or list(self._buckets)[: len(self._buckets) // 2]:

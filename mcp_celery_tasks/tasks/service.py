@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NotRequired, Protocol, TypedDict
 
-from mcp_celery_tasks.errors import InfrastructureError, InvalidParams, MissingCapability, ServiceUnavailable
+from mcp_celery_tasks.errors import (
+    InfrastructureError,
+    InvalidParams,
+    MissingCapability,
+    QuotaExceeded,
+    ServiceUnavailable,
+)
 from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.lifecycle import INPUT_REQUIRED, WORKING
 from mcp_celery_tasks.settings import Settings
@@ -34,6 +40,7 @@ from mcp_celery_tasks.store import (
     SessionRecord,
     TaskRecord,
 )
+from mcp_celery_tasks.tasks import idempotency
 from mcp_celery_tasks.tasks.events import TaskEvents
 from mcp_celery_tasks.tasks.quotas import Quotas
 from mcp_celery_tasks.telemetry import metrics, tracing
@@ -155,39 +162,73 @@ class TaskService:
         preflight: Mapping[str, object] | None = None,
         retention_ms: int | None = None,
         log_level: str | None = None,
+        idempotency_key: str | None = None,
     ) -> TaskRecord:
         """Commit the task row, then hand its job to the publisher. The principal's quotas
-        (creations per second, active tasks) may refuse it first (``QuotaExceeded``)."""
+        (creations per second, active tasks) may refuse it first (``QuotaExceeded``).
+
+        With an ``idempotency_key``, the principal's live task made under that key is returned
+        as it is (its creation token given back, nothing published), and -32602 if it was asked
+        for another tool or other arguments (``tasks.idempotency``). One statement reads and
+        inserts, so a keyed create costs the same round trips as any other."""
         settings = self._settings
+        digest = None if idempotency_key is None else idempotency.request_digest(spec.name, arguments)
         limits = await self.quotas.limits(ctx.principal)
-        self.quotas.take_create(ctx.principal, limits)
+        try:
+            self.quotas.take_create(ctx.principal, limits)
+        except QuotaExceeded:
+            # A retry is no new creation: out of tokens, it still finds its task.
+            found = (
+                None
+                if idempotency_key is None
+                else await self._store.task_by_key(ctx.principal, idempotency_key)
+            )
+            if found is None or digest is None:
+                raise
+            return self._replayed(found, spec, digest, as_task)
         if retention_ms is None:
             retention_ms = (
                 int(spec.retention_seconds * 1000) if spec.retention_seconds else settings.retention_ms
             )
         task_id = new_task_id()
+        new = self._new_task(ctx, spec, arguments, task_id, retention_ms, as_task, preflight, log_level)
+        new = dataclasses.replace(new, idempotency_key=idempotency_key, request_digest=digest)
         try:
-            record = await self._store.create_task(
-                self._new_task(ctx, spec, arguments, task_id, retention_ms, as_task, preflight, log_level),
-                max_active=limits.max_active_tasks or None,
-            )
+            record = await self._store.create_task(new, max_active=limits.max_active_tasks or None)
         except InfrastructureError as exc:
             if not exc.maybe_applied:
                 raise
-            raise self._maybe_created(task_id, ctx.principal, as_task) from exc
+            raise self._maybe_created(task_id, ctx.principal, as_task, idempotency_key) from exc
         if record is None:
             raise self.quotas.active_exceeded(limits)
+        if digest is not None and record.task_id != task_id:  # the key's task, made before
+            self.quotas.give_back(ctx.principal, limits)
+            return self._replayed(record, spec, digest, as_task)
         # The row is committed (autocommit): a tasks/get for this id resolves from here on
         # (SEP-2663 S-12). Publishing happens off the loop; the sweeper covers a crash here.
         self._publisher.publish_job(record.job_id, record.queue, tracing.inject())
         metrics.tasks_created.labels(spec.name, "task" if as_task else "sync").inc()
         return record
 
-    def _maybe_created(self, task_id: str, principal: str, as_task: bool) -> ServiceUnavailable:
+    @staticmethod
+    def _replayed(record: TaskRecord, spec: ToolSpec, digest: str, as_task: bool) -> TaskRecord:
+        idempotency.check_replay(record, spec.name, digest)
+        metrics.tasks_replayed.labels(spec.name, "task" if as_task else "sync").inc()
+        return record
+
+    def _maybe_created(
+        self, task_id: str, principal: str, as_task: bool, idempotency_key: str | None
+    ) -> ServiceUnavailable:
         """The row may have been written before the connection broke. A task's client is told
         its id, so it can look before it calls again (no task lost, none run twice). A
         synchronous caller cannot look (and would never get the result): the task, if it exists,
-        is cancelled once the database answers again, and the caller simply calls again."""
+        is cancelled once the database answers again, and the caller simply calls again. With
+        an idempotency key, the call again finds the task instead: nothing is cancelled."""
+        if idempotency_key is not None and not as_task:
+            return ServiceUnavailable(
+                "Temporarily unavailable: the task database went away during the call; call "
+                "again with the same idempotency key (a task it may have started is kept for it)"
+            )
         if as_task:
             return ServiceUnavailable(
                 "Temporarily unavailable: the task database went away while the task was being "

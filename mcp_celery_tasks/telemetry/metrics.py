@@ -39,6 +39,9 @@ rpc_requests = Counter(
 )
 rpc_seconds = Histogram("mcp_rpc_seconds", "JSON-RPC request latency", ["method"], buckets=_LATENCY)
 tasks_created = Counter("mcp_tasks_created", "Tasks created by tool and how they run", ["tool", "mode"])
+tasks_replayed = Counter(
+    "mcp_tasks_replayed", "Calls answered with the task an idempotency key already named", ["tool", "mode"]
+)
 cancels_requested = Counter(
     "mcp_cancels_requested", "tasks/cancel calls that cancelled an active task", ["tool"]
 )

@@ -52,6 +52,7 @@ RECORD = TaskRecord(
     progress=None,
     progress_total=None,
     log_seq=0,
+    request_digest=None,
     db_now=CREATED + timedelta(seconds=2),
 )
 
