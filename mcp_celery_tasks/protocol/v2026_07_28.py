@@ -182,13 +182,13 @@ async def _call_tool(services: Services, ctx: RequestContext, params: CallToolPa
         # The retry of a synchronous call whose job asked for input (MRTR): feed that task.
         record = await services.tasks.get(state["task"], ctx.principal)
         await services.tasks.answer(record, responses)
-        mrtr.spend(services, state)  # after the answers passed: an invalid one may be corrected
+        await mrtr.spend(services, state)  # after the answers passed: an invalid one may be corrected
         return SyncCall(services, ctx, record.task_id, Modern(spec, arguments))
     preflight = None
     questions = spec.questions_first(arguments, ctx.principal)
     if questions:
         collected, missing = mrtr.preflight(ctx, questions, state, responses)
-        mrtr.spend(services, state)
+        await mrtr.spend(services, state)
         if missing:
             # SEP-2663 S-13: MRTR rounds finish before the task exists (no taskId yet).
             return mrtr.input_required(
