@@ -59,7 +59,7 @@ async def spend(services: Services, state: RoundState | None) -> None:
     if spent is None:
         return
     try:
-        fresh = await services.store.spend_request_state(*spent)
+        fresh = await services.tasks.spend_request_state(*spent)
     except BaseException:
         services.sealer.unspend(payload)
         raise
