@@ -209,6 +209,14 @@ class Settings(BaseSettings):
     """Most input requests one task may have outstanding at once."""
     max_subscriptions_per_principal: int = 32
     """Most open ``subscriptions/listen`` streams per principal and API process."""
+    max_sync_waits_per_principal: int = 32
+    """Synchronous ``tools/call`` requests one principal may have waiting for their tool at once
+    per API process; one more is refused (HTTP 429, ``Retry-After``) before its task is created.
+    0: no limit."""
+    max_open_streams_per_principal: int = 32
+    """SSE responses one principal may hold open at once per API process:
+    ``subscriptions/listen`` streams and synchronous calls relayed on a stream (progress, logs,
+    2025-11-25 input requests); one more is refused like a wait. 0: no limit."""
 
     max_active_tasks_per_principal: int = 1000
     """Most tasks one principal may have working or waiting for input at once (queued ones

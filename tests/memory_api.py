@@ -48,6 +48,7 @@ class MemoryApiStore:
     def __init__(self) -> None:
         self.rows: dict[str, _Row] = {}
         self.sessions: dict[str, dict[str, Any]] = {}
+        self.spent_states: dict[str, float] = {}
         self.limits: dict[str, dict[str, Any]] = {}
         """Per-principal quota overrides (rows of mcp_principal_limits)."""
         self._listeners: list[asyncio.Queue[str | None]] = []
@@ -214,6 +215,12 @@ class MemoryApiStore:
 
     async def delete_session(self, session_id: str, owner: str) -> bool:
         return self.sessions.pop(session_id, None) is not None
+
+    async def spend_request_state(self, digest: str, expires: float) -> bool:
+        if digest in self.spent_states:
+            return False
+        self.spent_states[digest] = expires
+        return True
 
     # ---- the event hub's feed ----------------------------------------------------------------
 

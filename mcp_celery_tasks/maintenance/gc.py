@@ -38,7 +38,8 @@ def collect_garbage(
     store: WorkerStore, *, batch: int = 1000, max_batches: int = 100, checkpoint_dir: str | None = None
 ) -> int:
     """Delete expired rows in bounded batches (inputs, steps and checkpoints cascade); rows with a
-    live lease stay. Then the checkpoint files of deleted tasks (``sweep_checkpoint_dir``).
+    live lease stay. Then expired sessions and spent request states, and the checkpoint files of
+    deleted tasks (``sweep_checkpoint_dir``); only while no other collector holds the lock.
 
     Each batch is its own short transaction, so polling never waits behind a long delete.
     """
@@ -57,13 +58,22 @@ def collect_garbage(
         sessions += count
         if count < batch:
             break
+    spent = 0
+    for _ in range(max_batches):  # spent MRTR request states past their expiry
+        count = store.delete_spent_request_states(batch)
+        spent += count
+        if count < batch:
+            break
     if checkpoint_dir:
         sweep_checkpoint_dir(store, Path(checkpoint_dir))
     store.record_run("collect_garbage", deleted)
     metrics.gc_deleted.inc(deleted)
     metrics.gc_last_run.set_to_current_time()
-    if deleted or sessions:
-        logger.info("collected %d expired tasks and %d expired sessions", deleted, sessions)
+    if deleted or sessions or spent:
+        logger.info(
+            "collected %d expired tasks, %d expired sessions and %d spent request states",
+            deleted, sessions, spent,
+        )  # fmt: skip
     return deleted
 
 

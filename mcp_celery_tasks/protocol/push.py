@@ -20,6 +20,7 @@ from datetime import datetime
 from mcp_celery_tasks.errors import InvalidParams, InvalidRequest
 from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.lifecycle import Status
+from mcp_celery_tasks.protocol.holds import streamed
 from mcp_celery_tasks.protocol.rpc import Result, Stream, result_body
 from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.protocol.shapes import Message, Notification, RequestId, ResultResponse
@@ -48,15 +49,23 @@ async def listen(services: Services, ctx: RequestContext, params: ListenParams) 
     # all passed the check before any of them started streaming once opened 120 against 32.
     slot = _Slot(services, ctx.principal)
     try:
+        # A stream among the principal's open streams too (synchronous calls relayed on SSE).
+        hold = services.holds.take(ctx.principal, stream=services.settings.max_open_streams_per_principal)
+    except BaseException:
+        slot.release()
+        raise
+    try:
         unique = list(dict.fromkeys(requested))
         # Only ids that exist and belong to the caller are acknowledged (SPEC-CHECKLIST Q-21):
         # a foreign id is treated exactly like an unknown one.
         owned = {record.task_id for record in await services.tasks.owned(unique, ctx.principal)}
     except BaseException:
         slot.release()
+        hold.release()
         raise
     accepted = [task_id for task_id in unique if task_id in owned]
-    return Stream(_counted(slot, _messages(services, ctx.principal, request_id, accepted)))
+    messages = _counted(slot, _messages(services, ctx.principal, request_id, accepted))
+    return Stream(streamed(hold, messages))
 
 
 class _Slot:

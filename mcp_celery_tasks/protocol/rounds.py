@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, TypedDict, cast
 
-from mcp_celery_tasks.errors import MissingCapability
+from mcp_celery_tasks.errors import InvalidParams, MissingCapability
 from mcp_celery_tasks.json_types import JSONObject
-from mcp_celery_tasks.protocol.sealing import arguments_hash
+from mcp_celery_tasks.protocol.sealing import ALREADY_USED, arguments_hash, spent_digest
 from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.tasks.service import InputRequest, RequestContext
 from mcp_celery_tasks.tools.inputs import CAPABILITY_FOR, Elicit, validate_response
@@ -45,10 +45,26 @@ def open_state(
     return cast(RoundState, opened)
 
 
-def spend(services: Services, state: RoundState | None) -> None:
-    """The round advanced with ``state``: it is not usable again (a replay is -32602)."""
-    if state is not None:
-        services.sealer.spend(cast(JSONObject, state))
+async def spend(services: Services, state: RoundState | None) -> None:
+    """The round advanced with ``state``: it is not usable again, on any replica (a replay is
+    -32602). The process's own set answers a replay to this replica without a query; the shared
+    record (one INSERT … ON CONFLICT) decides between replicas, and between two replays racing
+    here. A spend the database did not record (it was unreachable) is forgotten locally, so the
+    client may retry with the same state."""
+    if state is None:
+        return
+    payload = cast(JSONObject, state)
+    spent = spent_digest(payload)
+    services.sealer.spend(payload)
+    if spent is None:
+        return
+    try:
+        fresh = await services.tasks.spend_request_state(*spent)
+    except BaseException:
+        services.sealer.unspend(payload)
+        raise
+    if not fresh:
+        raise InvalidParams(ALREADY_USED)
 
 
 def preflight(

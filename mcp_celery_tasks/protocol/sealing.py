@@ -6,10 +6,12 @@ is refused with -32602. Keys come from ``MCP_TASKS_SECRET_KEYS`` (newest first);
 without one generates a key per process (fine for one process; ``dev`` persists one).
 
 Each state carries a random nonce and is usable once: the round that advances with it
-(``spend``) retires it, and a replay is -32602, so a captured state cannot start the same
+(``rounds.spend``) retires it, and a replay is -32602, so a captured state cannot start the same
 pre-task round's task twice. A retry that is refused (an invalid answer, another tool) does not
-spend it. The spent nonces live in the API process until their states expire: a replay sent
-to another replica within ``request_state_ttl_seconds`` is not caught.
+spend it. Spent nonces are kept twice: here, in the API process, as a cheap first line (a replay
+to the same replica is refused before any query), and in Postgres (``mcp_spent_request_states``,
+keyed by ``spent_digest``), so a replay sent to another replica within
+``request_state_ttl_seconds`` is refused as well.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
+from typing import Final
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -29,7 +32,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from mcp_celery_tasks.errors import InvalidParams
 from mcp_celery_tasks.json_types import JSONObject
 
-__all__ = ["Sealer", "arguments_hash", "generate_key"]
+__all__ = ["Sealer", "arguments_hash", "generate_key", "spent_digest"]
+
+
+ALREADY_USED: Final = "The requestState was already used; call the tool again"
 
 
 def generate_key() -> str:
@@ -46,6 +52,19 @@ def _decode_key(text: str) -> bytes:
 def arguments_hash(arguments: Mapping[str, object]) -> str:
     canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def spent_digest(payload: Mapping[str, object]) -> tuple[str, float] | None:
+    """(the digest a spent state is recorded under, its expiry in epoch seconds), or None for a
+    state sealed before states carried a nonce (a rolling upgrade: nothing to retire).
+
+    The digest is of the sealed nonce, not of the state's text: base64 decoding ignores the
+    spare bits of the last character, so several texts open to the same state, while the nonce
+    sits inside the authenticated payload and only a key holder can choose it."""
+    nonce, expires = payload.get("n"), payload.get("exp")
+    if not isinstance(nonce, str) or not isinstance(expires, int | float):
+        return None
+    return hashlib.sha256(nonce.encode()).hexdigest()[:32], float(expires)
 
 
 class Sealer:
@@ -84,19 +103,25 @@ class Sealer:
             if payload.get(name) != value:
                 raise InvalidParams("The requestState belongs to another request")
         if payload.get("n") in self._spent:
-            raise InvalidParams("The requestState was already used; call the tool again")
+            raise InvalidParams(ALREADY_USED)
         return payload
 
     def spend(self, payload: JSONObject) -> None:
-        """Retire an opened state once its round advanced; -32602 if it already was (two
-        replays racing: no await between the check and the record, so one of them wins)."""
-        nonce, expires = payload.get("n"), payload.get("exp")
-        if not isinstance(nonce, str) or not isinstance(expires, int | float):
-            return  # sealed before states carried a nonce (a rolling upgrade): nothing to retire
+        """Retire an opened state in this process; -32602 if it already was (two replays
+        racing here: no await between the check and the record, so one of them wins)."""
+        spent = spent_digest(payload)
+        if spent is None:
+            return
+        nonce = str(payload["n"])
         now = time.time()
         while self._expiring and self._expiring[0][0] < now:
             self._spent.discard(heapq.heappop(self._expiring)[1])  # expired: open refuses it anyway
         if nonce in self._spent:
-            raise InvalidParams("The requestState was already used; call the tool again")
+            raise InvalidParams(ALREADY_USED)
         self._spent.add(nonce)
-        heapq.heappush(self._expiring, (float(expires), nonce))
+        heapq.heappush(self._expiring, (spent[1], nonce))
+
+    def unspend(self, payload: JSONObject) -> None:
+        """Forget a local ``spend`` whose shared record could not be written (the database did
+        not answer): the client's retry of the same state must not be refused for it."""
+        self._spent.discard(str(payload.get("n")))  # its heap entry goes when it expires

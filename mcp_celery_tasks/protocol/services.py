@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mcp_celery_tasks.protocol.holds import Holds
 from mcp_celery_tasks.protocol.sealing import Sealer
 from mcp_celery_tasks.protocol.shapes import ServerInfo
 from mcp_celery_tasks.settings import Settings
@@ -30,6 +31,8 @@ class Services:
     server_version: str
     subscriptions: dict[str, int] = field(default_factory=dict)
     """Open subscriptions per principal in this process."""
+    holds: Holds = field(default_factory=Holds)
+    """Synchronous waits and open streams per principal in this process (``holds``)."""
 
     @property
     def server_info(self) -> ServerInfo:

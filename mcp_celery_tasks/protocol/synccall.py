@@ -9,8 +9,8 @@ calls back into the handler modules: their wire rules for a finished call live h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
 from mcp_types import jsonrpc as codes
@@ -19,7 +19,8 @@ from mcp_celery_tasks.errors import InternalError, InvalidParams, MissingCapabil
 from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED, INPUT_REQUIRED
 from mcp_celery_tasks.protocol import rounds as mrtr
-from mcp_celery_tasks.protocol.rpc import error_body
+from mcp_celery_tasks.protocol.holds import Hold, streamed
+from mcp_celery_tasks.protocol.rpc import Result, Stream, error_body
 from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.protocol.shapes import ErrorObject, RequestId, Response
 from mcp_celery_tasks.store import TaskError, TaskRecord
@@ -27,7 +28,17 @@ from mcp_celery_tasks.tasks.service import UNKNOWN_TASK, RequestContext, TaskVie
 from mcp_celery_tasks.tools.registry import ToolSpec
 from mcp_celery_tasks.wire import dump
 
-__all__ = ["RELATED", "Legacy", "Mapper", "Modern", "StoredError", "SyncCall", "legacy_message"]
+__all__ = [
+    "RELATED",
+    "Legacy",
+    "Mapper",
+    "Modern",
+    "StoredError",
+    "SyncCall",
+    "held",
+    "legacy_message",
+    "reserve",
+]
 
 RELATED: Final = "io.modelcontextprotocol/related-task"
 
@@ -63,16 +74,49 @@ class SyncCall:
     mapper: Mapper
     cancels_if_abandoned: bool = True
     """The caller going away (its await cancelled) cancels the task (not for tasks/result)."""
+    hold: Hold | None = None
+    """The caller's synchronous-wait slot (``holds``), given back once this call settles."""
 
     async def result(self) -> Mapping[str, object]:
         tasks, principal = self.services.tasks, self.ctx.principal
         relay = self.mapper.relays_inputs
-        if self.cancels_if_abandoned:
-            async with tasks.cancelled_if_abandoned(self.task_id, principal):
+        try:
+            if self.cancels_if_abandoned:
+                async with tasks.cancelled_if_abandoned(self.task_id, principal):
+                    view = await tasks.wait_for_outcome(self.task_id, principal, relay_inputs=relay)
+            else:
                 view = await tasks.wait_for_outcome(self.task_id, principal, relay_inputs=relay)
-        else:
-            view = await tasks.wait_for_outcome(self.task_id, principal, relay_inputs=relay)
-        return await self.mapper.outcome(self.services, self.ctx, view)
+            return await self.mapper.outcome(self.services, self.ctx, view)
+        finally:
+            if self.hold is not None:
+                self.hold.release()
+
+
+def reserve(services: Services, principal: str, *, stream: bool) -> Hold:
+    """A synchronous wait's slot for ``principal`` (and a stream's, when the call will answer
+    on one), taken before its task exists; ``QuotaExceeded`` (HTTP 429) when either is full."""
+    settings = services.settings
+    stream_cap = settings.max_open_streams_per_principal if stream else None
+    return services.holds.take(principal, wait=settings.max_sync_waits_per_principal, stream=stream_cap)
+
+
+async def held(hold: Hold | None, make: Awaitable[Result]) -> Result:
+    """``make``'s result, carrying ``hold`` (``holds``) until its response ends: a synchronous
+    call until it settles, a stream until its last message; any other result (a task created,
+    an MRTR round, an error result) or an exception gives it back at once."""
+    if hold is None:
+        return await make
+    try:
+        result = await make
+    except BaseException:
+        hold.release()
+        raise
+    if isinstance(result, SyncCall):
+        return replace(result, hold=hold)
+    if isinstance(result, Stream):
+        return Stream(streamed(hold, result.messages))
+    hold.release()
+    return result
 
 
 # ---- 2026-07-28 -----------------------------------------------------------------------------------

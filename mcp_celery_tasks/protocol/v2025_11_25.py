@@ -39,11 +39,11 @@ from mcp_celery_tasks.protocol.shapes import (
     Message,
     ServerRequest,
 )
-from mcp_celery_tasks.protocol.synccall import RELATED, Legacy, SyncCall, legacy_message
+from mcp_celery_tasks.protocol.synccall import RELATED, Legacy, SyncCall, held, legacy_message, reserve
 from mcp_celery_tasks.store import TaskRecord
 from mcp_celery_tasks.tasks.idempotency import idempotency_key
 from mcp_celery_tasks.tasks.service import RequestContext, TaskView
-from mcp_celery_tasks.tools.registry import InvalidArguments, all_tools
+from mcp_celery_tasks.tools.registry import InvalidArguments, ToolSpec, all_tools
 from mcp_celery_tasks.wire import (
     LEGACY_VERSIONS,
     CallToolParams,
@@ -215,6 +215,23 @@ async def call_tool(services: Services, ctx: RequestContext, params: LegacyCallT
         # progressToken) and logs (at the session's logging/setLevel); a task's never does.
         level = ctx.meta.log_level if ctx.meta is not None else None
         relay = Relay(progress_token(params.meta), level is not None)
+    if as_task:
+        return await _create(services, ctx, spec, arguments, True, retention_ms, relay, key)
+    # A synchronous call holds its slot before its task exists (issue 33).
+    hold = reserve(services, ctx.principal, stream=ctx.accepts_sse)
+    return await held(hold, _create(services, ctx, spec, arguments, False, retention_ms, relay, key))
+
+
+async def _create(
+    services: Services,
+    ctx: RequestContext,
+    spec: ToolSpec,
+    arguments: JSONObject,
+    as_task: bool,
+    retention_ms: int | None,
+    relay: Relay,
+    key: str | None,
+) -> Result:
     record = await services.tasks.create(
         ctx,
         spec,
@@ -325,7 +342,12 @@ async def get_task(services: Services, ctx: RequestContext, params: LegacyTaskPa
 
 
 async def task_result(services: Services, ctx: RequestContext, params: LegacyTaskParams) -> Result:
-    record = await services.tasks.get(params.task_id, ctx.principal)
+    hold = reserve(services, ctx.principal, stream=ctx.accepts_sse)  # a wait like a synchronous call's
+    return await held(hold, _result_when_done(services, ctx, params.task_id))
+
+
+async def _result_when_done(services: Services, ctx: RequestContext, task_id: str) -> Result:
+    record = await services.tasks.get(task_id, ctx.principal)
     return _answer_when_done(services, ctx, record.task_id, related=True)
 
 

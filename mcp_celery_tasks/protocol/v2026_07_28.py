@@ -26,7 +26,7 @@ from mcp_celery_tasks.protocol.relay import Relay
 from mcp_celery_tasks.protocol.rpc import Result, Stream, as_protocol_error, error_body, result_body
 from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.protocol.shapes import Message
-from mcp_celery_tasks.protocol.synccall import Modern, SyncCall
+from mcp_celery_tasks.protocol.synccall import Modern, SyncCall, held, reserve
 from mcp_celery_tasks.store import TaskRecord
 from mcp_celery_tasks.tasks.idempotency import idempotency_key
 from mcp_celery_tasks.tasks.service import UNKNOWN_TASK, RequestContext, TaskView
@@ -178,19 +178,42 @@ async def _call_tool(services: Services, ctx: RequestContext, params: CallToolPa
     if spec.mode == "required" and not tasked:
         # SEP-2663: a server that cannot answer without a task MUST say -32021 (HTTP 400).
         raise MissingCapability()
+    as_task = tasked and spec.mode != "forbidden"
+    relay = Relay(progress_token(params.meta.model_extra if params.meta else None), False)
+    if not as_task and ctx.accepts_sse:
+        # Logs only when this request asked for them (absent: MUST NOT send, 2026-07-28).
+        relay.logs = ctx.meta is not None and ctx.meta.log_level is not None
+    else:
+        relay = Relay(None, False)  # a task: statusMessage only (S-53); JSON: nowhere to send
+    # A synchronous call holds its slot from here, before any state is spent or task created:
+    # refused, it leaves nothing behind (issue 33).
+    hold = None if as_task else reserve(services, ctx.principal, stream=relay.wanted)
+    return await held(hold, _call(services, ctx, params, spec, arguments, as_task, relay, key))
+
+
+async def _call(
+    services: Services,
+    ctx: RequestContext,
+    params: CallToolParams,
+    spec: ToolSpec,
+    arguments: JSONObject,
+    as_task: bool,
+    relay: Relay,
+    key: str | None,
+) -> Result:
     responses = params.input_responses or {}
     state = mrtr.open_state(services, ctx, spec, arguments, params.request_state)
     if state is not None and state.get("k") == "task":
         # The retry of a synchronous call whose job asked for input (MRTR): feed that task.
         record = await services.tasks.get(state["task"], ctx.principal)
         await services.tasks.answer(record, responses)
-        mrtr.spend(services, state)  # after the answers passed: an invalid one may be corrected
+        await mrtr.spend(services, state)  # after the answers passed: an invalid one may be corrected
         return SyncCall(services, ctx, record.task_id, Modern(spec, arguments))
     preflight = None
     questions = spec.questions_first(arguments, ctx.principal)
     if questions:
         collected, missing = mrtr.preflight(ctx, questions, state, responses)
-        mrtr.spend(services, state)
+        await mrtr.spend(services, state)
         if missing:
             # SEP-2663 S-13: MRTR rounds finish before the task exists (no taskId yet).
             return mrtr.input_required(
@@ -203,13 +226,6 @@ async def _call_tool(services: Services, ctx: RequestContext, params: CallToolPa
         offered: JSONObject = {k: v for k, v in list(responses.items())[:MAX_GIVEN] if isinstance(v, dict)}
         if offered:
             preflight = {**(preflight or {}), GIVEN_KEY: offered}
-    as_task = tasked and spec.mode != "forbidden"
-    relay = Relay(progress_token(params.meta.model_extra if params.meta else None), False)
-    if not as_task and ctx.accepts_sse:
-        # Logs only when this request asked for them (absent: MUST NOT send, 2026-07-28).
-        relay.logs = ctx.meta is not None and ctx.meta.log_level is not None
-    else:
-        relay = Relay(None, False)  # a task: statusMessage only (S-53); JSON: nowhere to send
     log_level = ctx.meta.log_level if relay.logs and ctx.meta is not None else None
     record = await services.tasks.create(
         ctx,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -303,6 +304,12 @@ class ApiStore:
             **self._session_window(),
         }
         return bool(await self._fetch(session_queries.CREATE_SESSION, params))
+
+    async def spend_request_state(self, digest: str, expires: float) -> bool:
+        """Record a sealed ``requestState`` as spent (until ``expires``, epoch seconds); False when
+        some round, on this replica or another, already spent it (a replay)."""
+        params = {"digest": digest, "spent_by": uuid.uuid4().hex, "expires": expires}
+        return bool(await self._fetch(session_queries.SPEND_REQUEST_STATE, params))
 
     async def get_session(self, session_id: str, owner: str) -> SessionRecord | None:
         """The owner's live session (an expired or foreign one reads as unknown)."""

@@ -5,13 +5,13 @@ and grants them, in the migrated database, exactly the table privileges below; a
 makes the login roles the processes connect as members (``GRANT mcp_tasks_worker TO ml_worker``).
 
 - ``mcp_tasks_api``: the API process (requests, its fair publisher, sessions). It writes tasks,
-  input answers and sessions; it reads the principal limits, never writes them.
+  input answers, sessions and spent request states; it reads the principal limits, never writes them.
 - ``mcp_tasks_worker``: a worker running tools. It updates the rows of the jobs it claims (claim,
   lease, report, outcome), opens input rows, appends progress logs, records durable steps and
   replaces checkpoints; it can neither create nor
   delete a task, nor touch limits or sessions.
 - ``mcp_tasks_maintenance``: the maintenance worker (GC, sweeper): a worker that may also delete
-  expired tasks and sessions.
+  expired tasks, sessions and spent request states.
 - ``mcp_tasks_admin``: the ``tasks`` commands: everything above, plus the principal limits and
   the workers overview (``mcp_workers_overview``).
 - ``mcp_tasks_autoscaler``: an autoscaler (KEDA's PostgreSQL trigger): the demand view only (a
@@ -50,6 +50,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_inputs": _WRITE,
         "mcp_task_logs": _READ,
         "mcp_sessions": _ALL,
+        "mcp_spent_request_states": ("SELECT", "INSERT", "UPDATE"),  # a state's one use
         "mcp_principal_limits": _READ,
         "mcp_maintenance": _ALL,  # the publisher records the broker's outages, and their ends
         "mcp_tasks_overview": _READ,
@@ -74,6 +75,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_inputs": _WRITE,
         "mcp_task_logs": ("SELECT", "INSERT"),
         "mcp_sessions": ("SELECT", "DELETE"),
+        "mcp_spent_request_states": ("SELECT", "DELETE"),  # expired ones
         "mcp_task_checkpoints": _READ,  # steps and checkpoints go with their task (cascade)
         "mcp_principal_limits": _READ,
         "mcp_maintenance": _ALL,
@@ -88,6 +90,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_checkpoints": _ALL,
         "mcp_task_checkpoint_chunks": _ALL,
         "mcp_sessions": _ALL,
+        "mcp_spent_request_states": _ALL,
         "mcp_principal_limits": _ALL,
         "mcp_maintenance": _ALL,
         "mcp_workers": _ALL,

@@ -36,6 +36,7 @@ __all__ = [
     "metadata",
     "principal_limits",
     "sessions",
+    "spent_request_states",
     "task_checkpoint_chunks",
     "task_checkpoints",
     "task_inputs",
@@ -294,3 +295,17 @@ workers = Table(
     Column("expires_at", DateTime(timezone=True), nullable=False),
     CheckConstraint("kind IN ('worker', 'beat')", name="kind"),
 )
+
+# ---- spent MRTR request states (migration 0017) -------------------------------------------------
+
+spent_request_states = Table(
+    "mcp_spent_request_states",
+    metadata,
+    Column("digest", Text, primary_key=True),  # of the state's sealed nonce (protocol.sealing)
+    Column("spent_by", Text, nullable=False),  # the spending request: its own retry is not a replay
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index("ix_mcp_spent_request_states_expires_at", "expires_at"),
+)
+"""A sealed ``requestState`` is usable once across every API replica: the round that advances
+with it inserts its digest here; a replay finds the row. Rows go once the state has expired
+(the collector), when ``open`` refuses the state anyway."""

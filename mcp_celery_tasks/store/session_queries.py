@@ -1,6 +1,6 @@
-"""The SQL of 2025-11-25 sessions (``initialize``, ``logging/setLevel``, expiry) and of the
-SEP-1686 task listing scoped to one session; the rest of the store's statements are in
-``queries``."""
+"""The SQL of the protocol state the API keeps besides tasks: 2025-11-25 sessions
+(``initialize``, ``logging/setLevel``, expiry), the SEP-1686 task listing scoped to one session,
+and spent MRTR request states; the rest of the store's statements are in ``queries``."""
 
 from __future__ import annotations
 
@@ -63,4 +63,21 @@ WHERE owner = %(owner)s AND session_id = %(session_id)s
   AND (%(after_created)s::timestamptz IS NULL OR (created_at, task_id) < (%(after_created)s, %(after_id)s))
 ORDER BY created_at DESC, task_id DESC
 LIMIT %(limit)s
+"""
+
+# A request state is spent once: the first round to insert its digest wins; a replay (on any
+# replica) finds the row and gets nothing back. The same request's own retry (a connection that
+# broke after the INSERT committed: ``ApiStore._rows`` sends it again) matches ``spent_by`` and
+# still gets its row, so it is not mistaken for a replay.
+SPEND_REQUEST_STATE: Final[LiteralString] = """
+INSERT INTO mcp_spent_request_states AS s (digest, spent_by, expires_at)
+VALUES (%(digest)s, %(spent_by)s, to_timestamp(%(expires)s))
+ON CONFLICT (digest) DO UPDATE SET spent_by = s.spent_by WHERE s.spent_by = EXCLUDED.spent_by
+RETURNING digest
+"""
+
+DELETE_SPENT_REQUEST_STATES: Final[LiteralString] = """
+DELETE FROM mcp_spent_request_states WHERE digest IN (
+    SELECT digest FROM mcp_spent_request_states WHERE expires_at < now() LIMIT %(limit)s
+)
 """

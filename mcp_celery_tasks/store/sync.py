@@ -427,6 +427,11 @@ class WorkerStore(RegistryCalls):
         }
         return self._execute(session_queries.DELETE_EXPIRED_SESSIONS, params)
 
+    def delete_spent_request_states(self, limit: int) -> int:
+        """Forget up to ``limit`` spent request states that have expired (``open`` refuses
+        them by their expiry from then on)."""
+        return self._execute(session_queries.DELETE_SPENT_REQUEST_STATES, {"limit": limit})
+
     def fail_undispatched(self, older_than_s: float, error: TaskError, message: str) -> int:
         params = {"older_than_s": older_than_s, "error": Jsonb(error), "message": message}
         return len(self._fetch(queries.FAIL_UNDISPATCHED, params))

@@ -357,6 +357,10 @@ class TaskService:
             elif outcome.answered and outcome.inbox and outcome.job_id:
                 self._publisher.wake(outcome.inbox, outcome.job_id)
 
+    async def spend_request_state(self, digest: str, expires: float) -> bool:
+        """Record an MRTR ``requestState`` as spent for every replica; False for a replay."""
+        return await self._store.spend_request_state(digest, expires)
+
     async def cancel(self, task_id: str, principal: str, message: str | None = None) -> CancelOutcome:
         """The status turns cancelled at once (the spec allows it; the worker's late result is
         dropped by its guarded write); a worker blocked on input is woken, and the job revoked

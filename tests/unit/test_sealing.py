@@ -8,7 +8,7 @@ import pytest
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.errors import InvalidParams
-from mcp_celery_tasks.protocol.sealing import Sealer, arguments_hash, generate_key
+from mcp_celery_tasks.protocol.sealing import Sealer, arguments_hash, generate_key, spent_digest
 
 BOUND = {"p": "token:alice", "t": "greet", "a": arguments_hash({"name": "x"})}
 
@@ -111,3 +111,44 @@ def test_spent_nonces_are_forgotten_once_their_states_expire() -> None:
     sealer.spend({**old, "exp": 0})  # as if sealed long ago: expired by the next spend
     sealer.spend(sealer.open(sealer.seal(dict(BOUND), ttl_s=60), **BOUND))
     assert len(sealer._spent) == 1
+
+
+def test_the_spent_digest_is_of_the_sealed_nonce_not_of_the_states_text() -> None:
+    sealer = Sealer([generate_key()])
+    # A state whose length leaves spare bits in its last base64 character (1 in 3 lengths do not).
+    sealed = (sealer.seal({**BOUND, "x": "y" * i}, ttl_s=60) for i in range(3))
+    state = next(s for s in sealed if len(s.partition(".")[2]) % 4)
+    payload = sealer.open(state, **BOUND)
+    key_id, _, blob = state.partition(".")
+    # The last character's spare bits are ignored by base64: another text of the same state.
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    variants = [f"{key_id}.{blob[:-1]}{c}" for c in alphabet if c != blob[-1]]
+    same = [v for v in variants if _opens(sealer, v)]
+    assert same, "no other text of the state opened: the premise of this test is gone"
+    digest = spent_digest(payload)
+    assert digest is not None and digest[1] == payload["exp"]
+    assert {spent_digest(sealer.open(v, **BOUND)) for v in same} == {digest}
+    assert spent_digest(sealer.open(sealer.seal(dict(BOUND), ttl_s=60), **BOUND)) != digest
+
+
+def _opens(sealer: Sealer, state: str) -> bool:
+    try:
+        sealer.open(state, **BOUND)
+    except InvalidParams:
+        return False
+    return True
+
+
+def test_a_state_sealed_without_a_nonce_has_nothing_to_retire() -> None:
+    assert spent_digest({"p": "token:alice", "exp": 1}) is None
+
+
+def test_a_spend_forgotten_after_a_failed_record_opens_again() -> None:
+    sealer = Sealer([generate_key()])
+    state = sealer.seal(dict(BOUND), ttl_s=60)
+    payload = sealer.open(state, **BOUND)
+    sealer.spend(payload)
+    with pytest.raises(InvalidParams, match="already used"):
+        sealer.open(state, **BOUND)
+    sealer.unspend(payload)
+    sealer.spend(sealer.open(state, **BOUND))
