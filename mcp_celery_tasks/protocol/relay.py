@@ -29,6 +29,7 @@ class Relay:
     progress_token: str | int | None
     logs: bool
     sent_progress: float | None = None
+    sent_message: str | None = None
     sent_logs: int = 0
 
     @property
@@ -37,15 +38,26 @@ class Relay:
 
     def news(self, record: TaskRecord) -> bool:
         """Whether the row holds something not relayed yet."""
-        return self._new_progress(record) or (self.logs and record.log_seq > self.sent_logs)
+        return self._next_progress(record) is not None or (self.logs and record.log_seq > self.sent_logs)
 
-    def _new_progress(self, record: TaskRecord) -> bool:
-        # Progress MUST increase with each notification (basic/utilities/progress).
-        return (
-            self.progress_token is not None
-            and record.progress is not None
-            and (self.sent_progress is None or record.progress > self.sent_progress)
-        )
+    def _next_progress(self, record: TaskRecord) -> float | None:
+        """The ``progress`` of the next notification, or None when there is nothing new.
+
+        Progress MUST increase with each notification (basic/utilities/progress). A job that
+        reports numbers sends them as they rise. A job that reports only messages
+        (``ctx.report("loading")``) still reaches a caller that asked for progress: each new
+        message goes with a counter one above the last value sent, and no ``total``. Once the job
+        reports a number, messages ride along with the next rise of that number.
+        """
+        if self.progress_token is None:
+            return None
+        if record.progress is not None:
+            rises = self.sent_progress is None or record.progress > self.sent_progress
+            return record.progress if rises else None
+        message = record.status_message
+        if record.active and message and message != self.sent_message:
+            return float(self.sent_progress or 0) + 1
+        return None
 
     async def notifications(self, services: Services, record: TaskRecord) -> list[Notification]:
         """The notifications for what ``record`` holds beyond what was sent (logs first: they
@@ -62,14 +74,12 @@ class Relay:
                     params["logger"] = entry.logger
                 messages.append({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
         token = self.progress_token
-        if self._new_progress(record):
-            assert record.progress is not None and token is not None  # what _new_progress checked
-            self.sent_progress = record.progress
-            progress: ProgressParams = {
-                "progressToken": token,
-                "progress": _number(record.progress),
-            }
-            if record.progress_total is not None:
+        value = self._next_progress(record)
+        if value is not None:
+            assert token is not None  # what _next_progress checked
+            self.sent_progress, self.sent_message = value, record.status_message
+            progress: ProgressParams = {"progressToken": token, "progress": _number(value)}
+            if record.progress is not None and record.progress_total is not None:
                 progress["total"] = _number(record.progress_total)
             if record.status_message and record.active:
                 progress["message"] = record.status_message

@@ -61,6 +61,19 @@ def test_modern_sync_call_with_a_progress_token_gets_each_step_then_its_result(c
     assert not of(messages, MESSAGE)  # no logLevel: MUST NOT send logs
 
 
+def test_a_job_that_reports_only_messages_still_sends_progress(client: Client) -> None:
+    # slow_compute reports "computing" without a number (ctx.report(message)): the caller that
+    # asked for progress gets it with a counter, rising, and no total.
+    response = modern_call(client, "slow_compute", {**meta(False), "progressToken": "tok-m"})
+    messages = sse_messages(response)
+    steps = of(messages, PROGRESS)
+    assert steps, messages
+    assert steps[0] == {"progressToken": "tok-m", "progress": 1, "message": "computing"}
+    values = [s["progress"] for s in steps]
+    assert values == sorted(set(values)) and all("total" not in s for s in steps)
+    assert messages[-1]["result"]["content"][0]["text"] == "done after 1.0s"
+
+
 def test_modern_sync_call_gets_logs_only_at_the_level_it_asked_for(client: Client) -> None:
     asked = modern_call(
         client, "test_tool_with_logging", {**meta(False), "io.modelcontextprotocol/logLevel": "info"}
