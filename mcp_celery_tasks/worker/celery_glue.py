@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -109,13 +110,21 @@ def start_watchdog(
 ) -> threading.Thread:
     """The watchdog thread of a prefork worker's main process (see ``watchdog``).
 
-    A forced stop goes through Celery's own remote control (revoke with terminate, to this node
-    only), so the consumer's thread kills the child, acknowledges the message and lets the pool
-    replace the process; nothing here touches the consumer's connection.
+    A forced stop runs on the consumer's event loop (``hub.call_soon`` is thread-safe), which
+    terminates the one request whose child is ``job.pid``: the child is killed, the message
+    acknowledged and the pool replaces the process; nothing here touches the consumer's
+    connection. Not Celery's revoke-by-id: its request table keeps one request per job id, the
+    latest, so where a cut-off worker also received the takeover's delivery of the job it killed
+    the takeover's run and let the stale one finish (issue 28); and it leaves the id revoked on
+    this worker, which then drops every later delivery of the job.
     """
+    hub, pool = getattr(consumer, "hub", None), getattr(consumer, "pool", None)
 
-    def terminate(job_id: str) -> None:
-        app.control.revoke(job_id, terminate=True, signal="SIGKILL", destination=[node])
+    def terminate(job: RunningJob) -> None:
+        if hub is None or pool is None:  # no event loop to run on: the remote control's way
+            app.control.revoke(job.job_id, terminate=True, signal="SIGKILL", destination=[node])
+        else:
+            hub.call_soon(_terminate_child, pool, job)
 
     if consumer is not None:
         _replace_killed_children_soon(consumer)
@@ -146,6 +155,17 @@ def start_watchdog(
     thread = threading.Thread(target=loop, name="mcp-watchdog", daemon=True)
     thread.start()
     return thread
+
+
+def _terminate_child(pool: Any, job: RunningJob) -> None:
+    """Kill the child ``job.pid`` that runs ``job.job_id`` (on the consumer's event loop), if it
+    still does: the request's own ``terminate`` acknowledges its message, announces the revoke
+    (``task_revoked``, so the pool replaces the child soon) and leaves other deliveries alone."""
+    for request in list(worker_state.active_requests):
+        if str(request.id) == job.job_id and request.worker_pid == job.pid:
+            logger.info("terminating job %s in process %d", job.job_id, job.pid)
+            request.terminate(pool, signal=signal.SIGKILL)
+            return
 
 
 REPLACE_AFTER_S = (0.05, 0.2, 0.5, 1.0)

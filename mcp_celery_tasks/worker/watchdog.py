@@ -26,6 +26,10 @@ It runs in a prefork worker's main process, outside every job's interpreter, and
   and its process is killed. Past its soft time limit the child is signalled once, so the tool
   gets ``SoftTimeLimitExceeded`` (a ``ToolError``) to clean up.
 
+A stop kills the one child named (``terminate(job)``: the job id and the child's pid), never
+"the job": a worker cut off past its lease may have received the takeover's delivery of the
+same job too, and then runs it in two children, of which only the stale one must go.
+
 Every forced stop is a metric (``mcp_forced_stops``), a ``task.forced_stop`` log event with the
 job id, and a ``stop_reason`` on the row that admins see.
 """
@@ -127,7 +131,7 @@ class Watchdog:
         store: WatchStore,
         settings: Settings,
         *,
-        terminate: Callable[[str], None],
+        terminate: Callable[[RunningJob], None],
         signal_soft_limit: Callable[[int], None],
         hostname: str | None = None,
         device_memory: Callable[[int], tuple[str, int] | None] | None = None,
@@ -192,7 +196,7 @@ class Watchdog:
                 now - renewed,
                 extra={"event": "task.forced_stop", "job_id": job.job_id, "reason": "lease_fence"},
             )
-            self._terminate(job.job_id)
+            self._terminate(job)
 
     @property
     def has_frozen(self) -> bool:
@@ -310,4 +314,4 @@ class Watchdog:
             extra={"event": "task.forced_stop", "job_id": job.job_id, "tool": row["tool_name"],
                    "reason": kind, "detail": reason},
         )  # fmt: skip
-        self._terminate(job.job_id)
+        self._terminate(job)

@@ -23,7 +23,15 @@ import pytest
 
 from tests.faults.netns import Network, leftovers, network, unsupported_reason
 from tests.faults.partition import HOSTS, NetServices, NetStack, net_services
-from tests.faults.partition_checks import HEADER, LEASE_GRACE_S, LEASE_S, TABLE, Result, run_scenario
+from tests.faults.partition_checks import (
+    HEADER,
+    LEASE_GRACE_S,
+    LEASE_S,
+    TABLE,
+    TAKEN_OVER_BOUND_S,
+    Result,
+    run_scenario,
+)
 from tests.faults.stack import FaultClient, Load, running
 
 _REASON = unsupported_reason()
@@ -40,10 +48,6 @@ long_form = pytest.mark.skipif(
 )
 LEASED_S = LEASE_S + LEASE_GRACE_S
 TCP_USER_TIMEOUT_S = 3.0  # the default db_tcp_user_timeout_ms
-TAKEN_OVER_BOUND_S = 3.5
-"""A cut-off body whose job was taken over stops this soon after the heal: the watchdog's next
-tick (1 s), whose connect, begun during the cut, may wait for its SYN's next retransmission
-(up to ~2 s); measured 0.2-1.3 s here."""
 
 
 @pytest.fixture(autouse=True)
@@ -121,7 +125,7 @@ def test_worker_cut_from_postgres_past_the_lease_notices_within_the_tcp_bound(
         net.cut(host, "pg")
 
     cut_s = LEASED_S + 2  # past the lease and its grace, and past the TCP bound (3 s)
-    result = run_scenario(stack, net, "worker ↔ postgres", cut_s, fault)
+    result = run_scenario(stack, net, "worker ↔ postgres", cut_s, fault, cuts_off_past_the_lease=True)
     label = "worker" if result.target == "w1" else "worker2"
     noticed = _first_complaint(stack, label, cut_at[0], "the database is unreachable")
     result.notes = f"watchdog noticed after {noticed:.1f} s" if noticed is not None else "never noticed"
@@ -167,7 +171,9 @@ def test_api_cut_from_postgres_answers_503_and_loses_nothing(net: Network, stack
 def test_one_way_cut_from_worker_to_postgres_loses_nothing(net: Network, stack: NetStack) -> None:
     fault = lambda host: net.cut(host, "pg", one_way=True)  # noqa: E731
     _check(
-        run_scenario(stack, net, "worker → postgres (one way)", LEASED_S + 1, fault),
+        run_scenario(
+            stack, net, "worker → postgres (one way)", LEASED_S + 1, fault, cuts_off_past_the_lease=True
+        ),
         cut_off_past_the_lease=True,
     )
 
@@ -201,9 +207,10 @@ def test_heavy_packet_loss(net: Network, stack: NetStack) -> None:
         for other in ("pg", "broker"):
             net.lose(host, other, 20)
 
-    _check(
-        run_scenario(stack, net, "worker 20 % loss (pg + broker)", 15.0, fault), cut_off_past_the_lease=True
+    result = run_scenario(
+        stack, net, "worker 20 % loss (pg + broker)", 15.0, fault, cuts_off_past_the_lease=True
     )
+    _check(result, cut_off_past_the_lease=True)
 
 
 @long_form
@@ -228,14 +235,17 @@ def test_maintenance_host_cut_off_from_everything(net: Network, stack: NetStack)
 def test_long_one_way_cut_from_postgres_to_worker(net: Network, stack: NetStack) -> None:
     fault = lambda host: net.cut("pg", host, one_way=True)  # noqa: E731
     _check(
-        run_scenario(stack, net, "postgres → worker (one way, long)", 20.0, fault),
+        run_scenario(
+            stack, net, "postgres → worker (one way, long)", 20.0, fault, cuts_off_past_the_lease=True
+        ),
         cut_off_past_the_lease=True,
     )
 
 
 @long_form
 def test_long_worker_cut_from_postgres(net: Network, stack: NetStack) -> None:
-    result = run_scenario(stack, net, "worker ↔ postgres (long)", 30.0, lambda host: net.cut(host, "pg"))
+    cut = lambda host: net.cut(host, "pg")  # noqa: E731
+    result = run_scenario(stack, net, "worker ↔ postgres (long)", 30.0, cut, cuts_off_past_the_lease=True)
     _check(result, cut_off_past_the_lease=True)
 
 

@@ -80,7 +80,7 @@ def dog(rows: Rows, **settings: Any) -> tuple[Watchdog, list[str], list[int]]:
     made = Watchdog(
         rows,
         Settings(**{**base, **settings}),
-        terminate=terminated.append,
+        terminate=lambda job: terminated.append(job.job_id),
         signal_soft_limit=signalled.append,
         hostname=HOST,
     )
@@ -319,8 +319,8 @@ def test_device_memory_over_the_tools_gpu_limit_ends_the_task(
     held = {1: ("3", 1000 * 2**20)}
     terminated: list[str] = []
     settings = Settings(cancel_grace_seconds=5.0, tool_memory_limit_mb=0, tool_time_limit_seconds=0)
-    made = Watchdog(rows, settings, terminate=terminated.append, signal_soft_limit=lambda pid: None,
-                    hostname=HOST, device_memory=held.get)  # fmt: skip
+    made = Watchdog(rows, settings, terminate=lambda job: terminated.append(job.job_id),
+                    signal_soft_limit=lambda pid: None, hostname=HOST, device_memory=held.get)  # fmt: skip
     made.tick([RunningJob("j", 1)])
     assert terminated == []
     held[1] = ("3", 1100 * 2**20)
@@ -371,3 +371,29 @@ def test_without_the_fence_a_long_outage_stops_nothing(clock: list[float], procs
         clock[0] = 1000.0 + second
         made.tick([RunningJob("j", 1, claimed_as=f"{HOST}:1:x")])
     assert terminated == []
+
+
+def test_of_two_children_running_one_job_only_the_one_whose_lease_was_taken_over_is_stopped(
+    clock: list[float], procs: dict[int, Any]
+) -> None:
+    """A worker cut off from Postgres past its lease may receive the takeover's delivery of the
+    same job: child 1 runs the stale attempt, child 2 the new one (issue 28). The stop names the
+    child, and it is child 1."""
+    stale, taker = f"{HOST}:1:aaaa1111", f"{HOST}:2:bbbb2222"
+    rows = Rows()
+    rows.row("j", ours=False)
+    procs[1], procs[2] = ("R", 0), ("R", 0)
+
+    def watch_jobs(jobs: Sequence[dict[str, Any]], lease_s: float) -> dict[str, dict[str, Any]]:
+        return {
+            f"{j['job_id']} {j['holder']}": {**rows.rows["j"], "ours": j["holder"] == taker} for j in jobs
+        }
+
+    rows.watch_jobs = watch_jobs  # type: ignore[method-assign]
+    stopped: list[RunningJob] = []
+    settings = Settings(cancel_grace_seconds=5.0, tool_memory_limit_mb=0, tool_time_limit_seconds=0)
+    made = Watchdog(
+        rows, settings, terminate=stopped.append, signal_soft_limit=lambda pid: None, hostname=HOST
+    )
+    made.tick([RunningJob("j", 1, claimed_as=stale), RunningJob("j", 2, claimed_as=taker)])
+    assert [(job.job_id, job.pid) for job in stopped] == [("j", 1)]
