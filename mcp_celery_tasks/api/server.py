@@ -22,12 +22,14 @@ from urllib.parse import urlsplit
 import pydantic_core
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from mcp_celery_tasks.api import compose as composition
-from mcp_celery_tasks.api import intake
+from mcp_celery_tasks.api import intake, streams
 from mcp_celery_tasks.api.auth import ANONYMOUS, METADATA_PATH, Authenticator, Unauthorized
+from mcp_celery_tasks.api.gate import Gate
 from mcp_celery_tasks.errors import (
     InfrastructureError,
     InternalError,
@@ -36,15 +38,15 @@ from mcp_celery_tasks.errors import (
     QuotaExceeded,
 )
 from mcp_celery_tasks.protocol import dispatch
-from mcp_celery_tasks.protocol.rpc import Reply, Stream, error_body, settle
+from mcp_celery_tasks.protocol.rpc import Reply, error_body, settle
 from mcp_celery_tasks.protocol.services import Services
-from mcp_celery_tasks.protocol.shapes import Message, RequestId
+from mcp_celery_tasks.protocol.shapes import RequestId
 from mcp_celery_tasks.protocol.shapes import Response as RpcResponse
 from mcp_celery_tasks.settings import Settings, get_settings
 from mcp_celery_tasks.store import migrate
 from mcp_celery_tasks.telemetry import metrics
 
-__all__ = ["create_server", "from_environment"]
+__all__ = ["ServicesOf", "add_mcp_routes", "create_server", "from_environment"]
 
 logger = logging.getLogger("mcp_celery_tasks.server")
 
@@ -129,22 +131,88 @@ class _Endpoint:
         await response(scope, receive, send)
 
 
+ServicesOf = Callable[[Request], Services]
+"""Where a request finds its process's ``Services``: the lifespan state (``create_server``) or the
+embedding's own reference (``embed.mount``)."""
+
+
 def create_server(settings: Settings) -> FastAPI:
     """The ASGI app. The services start with the lifespan (``app.running``)."""
-    authenticator = Authenticator(settings)
     app = _app(settings)
+    add_mcp_routes(
+        app, settings, path="/mcp", gate=Gate(Authenticator(settings)), services_of=_lifespan_services
+    )
+    _health_routes(app, migrate.head_revision())
+    if settings.metrics_enabled:
+        app.add_api_route("/metrics", _Prometheus(settings.metrics_token), methods=["GET"])
+    return app
+
+
+def _lifespan_services(request: Request) -> Services:
+    services: Services = request.state.services
+    return services
+
+
+def add_mcp_routes(
+    app: Starlette,
+    settings: Settings,
+    *,
+    path: str,
+    gate: Gate,
+    services_of: ServicesOf,
+    metadata: bool = True,
+) -> None:
+    """POST, GET and DELETE ``path``, and (``metadata``) the OAuth protected-resource metadata at
+    the root well-known URL and at its path-inserted form (RFC 9728 §3.1:
+    ``/.well-known/oauth-protected-resource/mcp`` for ``/mcp``). Put first in ``app``'s routes:
+    a host's catch-all route added earlier must not shadow them."""
     # The hot path is a plain Starlette route: the JSON-RPC body is parsed and validated by
     # dispatch, so FastAPI's per-request dependency solving and query parsing would buy nothing.
     budget = intake.BodyBudget(
         settings.max_inflight_body_bytes, settings.max_inflight_body_bytes_per_principal
     )
-    post = _McpPost(settings, authenticator, budget)
-    app.router.routes.append(Route("/mcp", _Endpoint(post), methods=["POST"]))
-    _session_routes(app, authenticator)
-    _health_routes(app, migrate.head_revision())
-    if settings.metrics_enabled:
-        app.add_api_route("/metrics", _Prometheus(settings.metrics_token), methods=["GET"])
-    return app
+    post = _McpPost(settings, gate, budget, services_of)
+    routes = [
+        Route(path, _Endpoint(post), methods=["POST"]),
+        Route(path, _Endpoint(_mcp_get), methods=["GET"]),
+        Route(path, _Endpoint(_McpDelete(gate, services_of)), methods=["DELETE"]),
+    ]
+    if metadata:
+        document = _Endpoint(lambda request: _metadata(gate, request))
+        routes += [
+            Route(METADATA_PATH, document, methods=["GET"]),
+            Route(METADATA_PATH + path, document, methods=["GET"]),
+        ]
+    app.router.routes[0:0] = routes
+
+
+async def _metadata(gate: Gate, request: Request) -> Response:
+    return _json(200, gate.authenticator.metadata(str(request.base_url)))
+
+
+async def _mcp_get(request: Request) -> Response:
+    # No standalone server stream (2026-07-28 has none; for 2025-11-25 it is optional).
+    return Response(status_code=405, headers={"Allow": "POST, DELETE"})
+
+
+class _McpDelete:
+    """DELETE: ends a 2025-11-25 session; stateless 2026-07-28 requests have none to end."""
+
+    def __init__(self, gate: Gate, services_of: ServicesOf) -> None:
+        self.gate = gate
+        self.services_of = services_of
+
+    async def __call__(self, request: Request) -> Response:
+        headers = intake.request_headers(request.scope["headers"])
+        session_id = intake.header_value(headers, "mcp-session-id")
+        if session_id is None:
+            return Response(status_code=405, headers={"Allow": "POST"})
+        try:
+            principal = await self.gate.principal(request, headers.get("authorization"))
+        except Unauthorized:
+            return Response(status_code=401)
+        deleted = await self.services_of(request).tasks.end_session(session_id, principal)
+        return Response(status_code=200 if deleted else 404)
 
 
 def _app(settings: Settings) -> FastAPI:
@@ -172,13 +240,16 @@ def _app(settings: Settings) -> FastAPI:
 class _McpPost:
     """POST /mcp: Origin, authentication, then read, dispatch and answer one JSON-RPC message."""
 
-    def __init__(self, settings: Settings, authenticator: Authenticator, budget: intake.BodyBudget) -> None:
+    def __init__(
+        self, settings: Settings, gate: Gate, budget: intake.BodyBudget, services_of: ServicesOf
+    ) -> None:
         self.settings = settings
-        self.authenticator = authenticator
+        self.gate = gate
         self.budget = budget
+        self.services_of = services_of
 
     async def __call__(self, request: Request) -> Response:
-        services: Services = request.state.services
+        services = self.services_of(request)
         headers = intake.request_headers(request.scope["headers"])
         origin = headers.get("origin")
         if origin is not None and not _origin_allowed(origin, self.settings):
@@ -186,16 +257,10 @@ class _McpPost:
         if not _acceptable(headers.get("accept")):
             refused = InvalidRequest("Not Acceptable: accept application/json and text/event-stream")
             return _error(406, refused)
-        authorization = headers.get("authorization")
         try:
-            if authorization and authorization.count(".") == 2 and self.settings.jwt_jwks_url:
-                principal = await asyncio.to_thread(
-                    self.authenticator.principal, authorization
-                )  # may fetch JWKS
-            else:
-                principal = self.authenticator.principal(authorization)
+            principal = await self.gate.principal(request, headers.get("authorization"))
         except Unauthorized as exc:
-            challenge = self.authenticator.challenge(str(request.base_url), str(exc))
+            challenge = self.gate.challenge(str(request.base_url), str(exc))
             return _error(401, InvalidRequest(f"Unauthorized: {exc}"), **{"WWW-Authenticate": challenge})
         try:
             reply = await _handle(services, request, headers, principal, self.budget)
@@ -220,7 +285,7 @@ async def _respond(services: Services, reply: Reply, headers: dict[str, str], re
     """A reply as JSON, an SSE stream of its messages, or a synchronous call awaited."""
     if reply.stream is not None:
         return StreamingResponse(
-            _sse_stream(services, reply.stream),
+            streams.sse_stream(services, reply.stream),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(reply.headers or {})},
         )
@@ -240,37 +305,11 @@ async def _respond(services: Services, reply: Reply, headers: dict[str, str], re
         if done:
             return _json(reply.http_status, settled.result())
         return StreamingResponse(
-            _sse(services, settled),
+            streams.sse(services, settled),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
     return await _json_when_settled(reply, settled, request)
-
-
-def _session_routes(app: FastAPI, authenticator: Authenticator) -> None:
-    """GET and DELETE /mcp (2025-11-25 sessions), and the protected resource metadata."""
-
-    @app.get("/mcp")
-    async def mcp_get() -> Response:
-        # No standalone server stream (2026-07-28 has none; for 2025-11-25 it is optional).
-        return Response(status_code=405, headers={"Allow": "POST, DELETE"})
-
-    @app.delete("/mcp")
-    async def mcp_delete(request: Request) -> Response:
-        """Ends a 2025-11-25 session; stateless 2026-07-28 requests have none to end."""
-        session_id = intake.header_value(intake.request_headers(request.scope["headers"]), "mcp-session-id")
-        if session_id is None:
-            return Response(status_code=405, headers={"Allow": "POST"})
-        try:
-            principal = authenticator.principal(request.headers.get("authorization"))
-        except Unauthorized:
-            return Response(status_code=401)
-        deleted = await request.state.services.tasks.end_session(session_id, principal)
-        return Response(status_code=200 if deleted else 404)
-
-    @app.get(METADATA_PATH)
-    async def protected_resource_metadata(request: Request) -> Response:
-        return _json(200, authenticator.metadata(str(request.base_url)))
 
 
 def _health_routes(app: FastAPI, head: str | None) -> None:
@@ -334,49 +373,6 @@ def from_environment() -> FastAPI:
     """``uvicorn --factory mcp_celery_tasks.api.server:from_environment``: the app from ``MCP_TASKS_*``
     (what ``serve --workers N`` runs in each worker process)."""
     return create_server(get_settings())
-
-
-async def _sse(services: Services, settled: asyncio.Task[RpcResponse]) -> AsyncIterator[str]:
-    try:
-        while True:
-            done, _ = await asyncio.wait({settled}, timeout=services.settings.sse_keepalive_seconds)
-            if done:
-                data = pydantic_core.to_json(settled.result()).decode()
-                yield f"event: message\ndata: {data}\n\n"
-                return
-            yield ": keep-alive\n\n"  # keeps proxies from cutting a long synchronous call
-    finally:
-        if not settled.done():
-            settled.cancel()  # the client closed the stream: cancel the request (and its task)
-            with contextlib.suppress(asyncio.CancelledError):
-                await settled
-
-
-async def _sse_stream(services: Services, stream: Stream) -> AsyncIterator[str]:
-    """Forward a notification stream as SSE, with keep-alive comments while it is quiet."""
-    messages = aiter(stream.messages)
-    upcoming: asyncio.Task[Message] | None = None
-    try:
-        while True:
-            if upcoming is None:
-                upcoming = asyncio.ensure_future(anext(messages))
-            done, _ = await asyncio.wait({upcoming}, timeout=services.settings.sse_keepalive_seconds)
-            if not done:
-                yield ": keep-alive\n\n"
-                continue
-            try:
-                message = upcoming.result()
-            except StopAsyncIteration:
-                return
-            upcoming = None
-            yield f"event: message\ndata: {pydantic_core.to_json(message).decode()}\n\n"
-    finally:
-        if upcoming is not None and not upcoming.done():
-            upcoming.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await upcoming
-        with contextlib.suppress(Exception):
-            await stream.messages.aclose()  # type: ignore[attr-defined]
 
 
 async def _json_when_settled(reply: Reply, settled: asyncio.Task[RpcResponse], request: Request) -> Response:

@@ -1,0 +1,110 @@
+"""MCP inside a team's own FastAPI service (``mount``), served by uvicorn as a real process
+beside the suite's shared worker: the host's lifespan, routes, middleware and API keys keep
+working, and MCP clients (ours and the official Python SDK) complete tasks through it, each
+user seeing only their own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import httpx2
+import mcp_types
+import psycopg
+import pytest
+from mcp import Client as SdkClient
+from mcp.client.streamable_http import streamable_http_client
+
+from tests import support
+from tests.e2e.test_sdk_client import PollingTasks
+from tests.sample_host.app import API_KEYS
+
+ALICE, BOB = (key for key, _ in sorted(API_KEYS.items(), key=lambda item: item[1]))
+
+
+@pytest.fixture(scope="module")
+def host(stack: support.Stack) -> Iterator[str]:
+    """The sample service on its own port, on the shared stack's database, broker and queues."""
+    port = support.free_port()
+    name = "sample-host"
+    log = support.log_path(name)
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "tests.sample_host.app:app", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning"],
+        env=stack.env, cwd=support.ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    proc = support.Proc(name, popen, log)
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if popen.poll() is not None:
+            raise AssertionError(f"the sample host exited: {log.read_text()[-3000:]}")
+        try:
+            return httpx.get(f"{base}/items/1", timeout=1).status_code == 401
+        except httpx.HTTPError:
+            return False
+
+    try:
+        support.wait_until(up, 30, 0.1, what="the sample host to answer")
+        yield base
+    finally:
+        proc.stop()
+
+
+def _client(host: str, key: str | None) -> support.Client:
+    return support.Client(f"{host}/mcp", token=key)
+
+
+def test_the_hosts_own_routes_lifespan_and_middleware_still_work(host: str) -> None:
+    got = httpx.get(f"{host}/items/7", headers={"Authorization": f"Bearer {ALICE}"})
+    assert got.status_code == 200, got.text
+    assert got.json() == {"number": 7, "user": "user:alice", "greeting": "hello from the host"}
+    assert got.headers["x-served-by"] == "sample-host"
+    assert httpx.get(f"{host}/items/7").status_code == 401  # the host's own 401, its own format
+
+
+def test_a_task_runs_through_the_mounted_endpoint_as_the_hosts_user(host: str, stack: support.Stack) -> None:
+    alice = _client(host, ALICE)
+    try:
+        task_id = alice.start("slow_compute", {"seconds": 0.2, "label": "embedded"})
+        done = alice.wait_status(task_id)
+        assert done["status"] == "completed", done
+        assert done["result"]["content"][0]["text"] == "done after 0.2s (embedded)"
+    finally:
+        alice.close()
+    with psycopg.connect(stack.database_url) as conn:
+        owner = conn.execute("SELECT owner FROM mcp_tasks WHERE task_id = %s", (task_id,)).fetchone()
+    assert owner == ("user:alice",)
+    bob = _client(host, BOB)
+    try:
+        assert bob.get(task_id).error["code"] == -32602  # another user's task is an unknown one
+    finally:
+        bob.close()
+
+
+def test_without_the_hosts_credentials_mcp_answers_401(host: str) -> None:
+    for key in (None, "not-a-key"):
+        anonymous = _client(host, key)
+        try:
+            reply = anonymous.call_tool("greet", {"name": "x"})
+        finally:
+            anonymous.close()
+        assert reply.status == 401, reply.body
+        assert reply.body["error"]["code"] == -32600
+        assert reply.headers["x-served-by"] == "sample-host"  # through the host's middleware
+    # The host authenticates: no OAuth metadata of ours is published on its domain.
+    assert httpx.get(f"{host}/.well-known/oauth-protected-resource").status_code == 404
+
+
+async def test_the_official_sdk_client_completes_a_task_through_the_host(host: str) -> None:
+    tasks = PollingTasks()
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {BOB}"}, timeout=30)
+    transport = streamable_http_client(f"{host}/mcp", http_client=http)
+    async with http, SdkClient(transport, extensions=[tasks]) as client:
+        result = await client.call_tool("slow_compute", {"seconds": 0.3, "label": "sdk"})
+    assert isinstance(text := result.content[0], mcp_types.TextContent), text
+    assert text.text == "done after 0.3s (sdk)"
+    assert tasks.created and tasks.polls[-1] == "completed"
