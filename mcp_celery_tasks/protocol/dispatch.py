@@ -43,9 +43,10 @@ from mcp_celery_tasks.protocol.rpc import (
     valid_id,
 )
 from mcp_celery_tasks.protocol.services import Services
-from mcp_celery_tasks.protocol.shapes import ServerInfo
+from mcp_celery_tasks.protocol.shapes import RequestId, ServerInfo
 from mcp_celery_tasks.protocol.synccall import SyncCall
 from mcp_celery_tasks.tasks.service import RequestContext
+from mcp_celery_tasks.telemetry import semconv
 from mcp_celery_tasks.tools.registry import get_tool
 from mcp_celery_tasks.wire import ALL_VERSIONS, LEGACY_VERSIONS, RequestMeta, dump
 
@@ -64,17 +65,39 @@ async def dispatch(services: Services, body: JSONValue, headers: Headers, princi
     name = body.get("method") if isinstance(body, dict) else None
     label = name if isinstance(name, str) and name in methods.NAMES else "other"
     started = time.perf_counter()
-    try:
-        reply = await _dispatch(services, body, headers, principal)
-    except Exception as exc:
-        error = as_protocol_error(exc)
-        reply = Reply(error.http_status, error_body(request_id, error), request_id=request_id)
-        reply.headers = error.headers or None  # Retry-After of a quota or an outage
-    reply.method, reply.started = label, started
+    operation = _operation(label, body, headers, request_id)
+    with semconv.current(operation):
+        try:
+            reply = await _dispatch(services, body, headers, principal)
+        except Exception as exc:
+            error = as_protocol_error(exc)
+            reply = Reply(error.http_status, error_body(request_id, error), request_id=request_id)
+            reply.headers = error.headers or None  # Retry-After of a quota or an outage
+    reply.method, reply.started, reply.operation = label, started, operation
     reply.counted = services.settings.metrics_enabled
-    if reply.sync is None and reply.stream is None:
-        observe(reply)
+    if reply.sync is None:
+        observe(reply)  # a stream's span ends here, when it opens; a synchronous call's when it settles
     return reply
+
+
+def _operation(
+    method: str, body: JSONValue, headers: Headers, request_id: RequestId | None
+) -> semconv.Operation:
+    """The request's span of the MCP conventions (``telemetry.semconv``)."""
+    params = body.get("params") if isinstance(body, dict) else None
+    params = params if isinstance(params, dict) else {}
+    tool = params.get("name") if method == "tools/call" else None
+    known = tool if isinstance(tool, str) and get_tool(tool) is not None else None
+    meta = params.get("_meta")
+    version = meta.get("io.modelcontextprotocol/protocolVersion") if isinstance(meta, dict) else None
+    return semconv.start(
+        method,
+        params,
+        tool=known,
+        request_id=request_id,
+        protocol_version=version if isinstance(version, str) else headers.protocol_version,
+        session_id=headers.session_id,
+    )
 
 
 # ---- routing -----------------------------------------------------------------------------------

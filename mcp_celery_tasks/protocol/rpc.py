@@ -43,7 +43,7 @@ from mcp_celery_tasks.protocol.shapes import (
     ResultResponse,
     ServerInfo,
 )
-from mcp_celery_tasks.telemetry import metrics
+from mcp_celery_tasks.telemetry import metrics, semconv
 
 if TYPE_CHECKING:
     from mcp_celery_tasks.protocol.services import Services
@@ -239,6 +239,8 @@ class Reply:
     server_info: ServerInfo | None = None
     counted: bool = False
     """Prometheus counts this request (``metrics_enabled``)."""
+    operation: semconv.Operation | None = None
+    """Its span of the MCP conventions, ended by ``observe``."""
 
 
 async def settle(reply: Reply) -> Response:
@@ -277,6 +279,9 @@ def observe(reply: Reply) -> None:
     body = reply.body
     code = body["error"]["code"] if body is not None and "error" in body else 0
     elapsed = time.perf_counter() - reply.started
+    if reply.operation is not None:
+        semconv.end(reply.operation, body, elapsed, counted=reply.counted)
+        reply.operation = None
     if reply.counted:
         requests, seconds = _series(reply.method, code)
         requests.inc()

@@ -30,7 +30,6 @@ from mcp_celery_tasks.protocol.synccall import Modern, SyncCall, held, reserve
 from mcp_celery_tasks.store import TaskRecord
 from mcp_celery_tasks.tasks.idempotency import idempotency_key
 from mcp_celery_tasks.tasks.service import UNKNOWN_TASK, RequestContext, TaskView
-from mcp_celery_tasks.telemetry import tracing
 from mcp_celery_tasks.tools.inputs import GIVEN_KEY, MAX_GIVEN
 from mcp_celery_tasks.tools.registry import InvalidArguments, ToolSpec, all_tools, get_tool
 from mcp_celery_tasks.tools.results import error_result
@@ -151,9 +150,8 @@ async def list_tools(services: Services, ctx: RequestContext, params: PagedParam
 
 
 async def call_tool(services: Services, ctx: RequestContext, params: CallToolParams) -> Result:
-    with tracing.tracer.start_as_current_span("tools/call") as span:
-        span.set_attribute("mcp.tool", params.name)
-        return await _call_tool(services, ctx, params)
+    # Its span is the request's own (dispatch, ``telemetry.semconv``): ``tools/call <tool>``.
+    return await _call_tool(services, ctx, params)
 
 
 def resolve_call(services: Services, params: CallToolParams) -> tuple[ToolSpec, JSONObject]:

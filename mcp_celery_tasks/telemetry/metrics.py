@@ -38,6 +38,12 @@ rpc_requests = Counter(
     "mcp_rpc_requests", "JSON-RPC requests by method and result code (0 = success)", ["method", "code"]
 )
 rpc_seconds = Histogram("mcp_rpc_seconds", "JSON-RPC request latency", ["method"], buckets=_LATENCY)
+operation_seconds = Histogram(
+    "mcp_server_operation_duration_seconds",
+    "MCP request duration as the server saw it (OpenTelemetry MCP convention: mcp.server.operation.duration)",
+    ["mcp_method_name", "gen_ai_tool_name", "error_type"],
+    buckets=_LATENCY,
+)
 tasks_created = Counter("mcp_tasks_created", "Tasks created by tool and how they run", ["tool", "mode"])
 tasks_replayed = Counter(
     "mcp_tasks_replayed", "Calls answered with the task an idempotency key already named", ["tool", "mode"]

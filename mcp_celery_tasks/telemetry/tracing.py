@@ -1,6 +1,7 @@
-"""OpenTelemetry traces (the home of ``opentelemetry``): a tools/call span continues in the
-Celery job through the message headers (W3C ``traceparent``), with spans for the claim, each
-input wait and the outcome write. Without a configured exporter every call is a no-op.
+"""OpenTelemetry traces (the home of ``opentelemetry``, with ``semconv``): a ``tools/call``
+request's span (``semconv``) continues in the Celery job through the message headers (W3C
+``traceparent``) as ``execute_tool <tool>``, with spans for the claim, each input wait and the
+outcome write. Without a configured exporter every call is a no-op.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from opentelemetry.context import Context
 
 from mcp_celery_tasks.settings import Settings
 
-__all__ = ["configure", "extract", "inject", "tracer"]
+__all__ = ["configure", "extract", "inject", "trace", "tracer"]
 
 logger = logging.getLogger("mcp_celery_tasks.tracing")
 
@@ -79,6 +80,9 @@ class _FileExporter:
                         "span_id": f"{span.context.span_id:016x}",
                         "parent_id": f"{parent.span_id:016x}" if parent else None,
                         "service": span.resource.attributes.get("service.name"),
+                        "kind": span.kind.name,
+                        "links": [f"{link.context.span_id:016x}" for link in span.links],
+                        "status": span.status.status_code.name,
                         "start_ns": span.start_time,
                         "end_ns": span.end_time,
                         "attributes": dict(span.attributes or {}),

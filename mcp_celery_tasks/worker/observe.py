@@ -39,6 +39,9 @@ class JobObserver:
         return contextlib.nullcontext()
 
     def on_claimed(self, job: ClaimedTask) -> None:
+        span = tracing.trace.get_current_span()  # the job's own: the claim's step has ended
+        span.update_name(f"execute_tool {job.tool_name}")
+        span.set_attribute("gen_ai.tool.name", job.tool_name)
         """The claim succeeded: this worker holds the job's lease."""
 
     def waiting_for_input(self, tool: str, count: int) -> AbstractContextManager[None]:
@@ -75,14 +78,21 @@ class Telemetry(JobObserver):
 
     def job(self, job_id: str, headers: Mapping[str, Any] | None) -> AbstractContextManager[object]:
         # Continues the tools/call trace carried in the Celery message headers.
+        # Named ``execute_tool <tool>`` once the claim says which tool (the GenAI conventions'
+        # tool execution span; ``on_claimed``).
         return tracing.tracer.start_as_current_span(
-            "run_tool", context=tracing.extract(headers), attributes={"mcp.job_id": job_id}
+            "execute_tool",
+            context=tracing.extract(headers),
+            attributes={"mcp.job_id": job_id, "gen_ai.operation.name": "execute_tool"},
         )
 
     def step(self, name: str, attributes: Attributes | None = None) -> AbstractContextManager[object]:
         return tracing.tracer.start_as_current_span(name, attributes=attributes)
 
     def on_claimed(self, job: ClaimedTask) -> None:
+        span = tracing.trace.get_current_span()  # the job's own: the claim's step has ended
+        span.update_name(f"execute_tool {job.tool_name}")
+        span.set_attribute("gen_ai.tool.name", job.tool_name)
         device = current_device()
         if device is not None:
             metrics.gpu_jobs.labels(job.tool_name, device).inc()

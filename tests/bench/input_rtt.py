@@ -111,7 +111,7 @@ def wake_times(spans: Path) -> dict[str, float]:
         entry = by_trace.setdefault(span["trace_id"], {})
         if span["name"] == "input wait" and "end_ns" in span:
             entry["wake"] = span["end_ns"] / 1e9
-        if span["name"] == "run_tool":
+        if span["name"].startswith("execute_tool"):
             entry["job_id"] = span["attributes"].get("mcp.job_id")
     return {e["job_id"]: e["wake"] for e in by_trace.values() if e.get("job_id") and "wake" in e}
 

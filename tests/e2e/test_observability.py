@@ -74,6 +74,11 @@ def test_counters_and_histograms_match_a_scripted_workload(stack: Stack, client:
     assert delta(api_before, api_after, "mcp_rpc_requests_total", method="tasks/update", code="0") == 1
     assert delta(api_before, api_after, "mcp_rpc_requests_total", method="tools/call", code="0") == 8
     assert delta(api_before, api_after, "mcp_rpc_seconds_count", method="tools/call") == 8
+    # The OpenTelemetry MCP convention's mcp.server.operation.duration, by method and tool.
+    operations = "mcp_server_operation_duration_seconds_count"
+    by_tool = {"mcp_method_name": "tools/call", "error_type": ""}
+    assert delta(api_before, api_after, operations, gen_ai_tool_name="noop", **by_tool) == 3
+    assert delta(api_before, api_after, operations, gen_ai_tool_name="greet", **by_tool) == 1
     assert (
         delta(worker_before, worker_after, "mcp_tasks_finished_total", tool="noop", outcome="completed") == 3
     )
@@ -181,11 +186,42 @@ def test_a_trace_started_at_tools_call_continues_in_the_worker(
 
         wait_until(lambda: any(s["name"] == "record outcome" for s in spans()), 20, what="the worker's spans")
         by_name = {s["name"]: s for s in spans()}
-        call, run = by_name["tools/call"], by_name["run_tool"]
+        # The OpenTelemetry MCP conventions: a SERVER span "tools/call <tool>", and the GenAI
+        # "execute_tool <tool>" span of the job, its child across the broker.
+        call, run = by_name["tools/call confirm_delete"], by_name["execute_tool confirm_delete"]
         assert call["service"] == "mcp-celery-tasks-api" and run["service"] == "mcp-celery-tasks-worker"
+        by_id = {s["span_id"]: s for s in spans()}
+        assert call["kind"] == "SERVER" and by_id[call["parent_id"]]["kind"] == "SERVER"  # the HTTP span
+        assert call["attributes"] == {
+            "mcp.method.name": "tools/call", "gen_ai.tool.name": "confirm_delete",
+            "gen_ai.operation.name": "execute_tool", "jsonrpc.request.id": "1",
+            "mcp.protocol.version": "2026-07-28", "network.transport": "tcp", "network.protocol.name": "http",
+        }  # fmt: skip
         assert run["trace_id"] == call["trace_id"] and run["parent_id"] == call["span_id"]
+        assert run["attributes"]["gen_ai.tool.name"] == "confirm_delete"
         for child in ("claim", "input wait", "record outcome"):
             assert by_name[child]["parent_id"] == run["span_id"], child
+        assert by_name["tasks/update"]["attributes"]["mcp.method.name"] == "tasks/update"
+
+        # A caller's trace context in params._meta is the parent (the conventions: SHOULD); a
+        # failing tool's span says so though its JSON-RPC response is a success.
+        trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+        params = {"name": "test_error_handling", "arguments": {}, "_meta": meta(extension=False)}
+        params["_meta"]["traceparent"] = f"00-{trace_id}-{parent}-01"
+        failing = client.request("tools/call", params, extension=False)
+        assert failing.result["isError"] is True
+        wait_until(
+            lambda: any(s["name"] == "tools/call test_error_handling" for s in spans()), 20, what="its span"
+        )
+        failed = next(s for s in spans() if s["name"] == "tools/call test_error_handling")
+        assert failed["trace_id"] == trace_id and failed["parent_id"] == parent
+        assert len(failed["links"]) == 1  # to the HTTP request's own span
+        assert failed["attributes"]["error.type"] == "tool_error" and failed["status"] == "ERROR"
+        unknown = client.request("tools/call", {"name": "no such tool \u2603", "arguments": {}})
+        assert unknown.error["code"] == -32602
+        wait_until(lambda: any(s["attributes"].get("error.type") == "-32602" for s in spans()), 20, what="it")
+        refused = next(s for s in spans() if s["attributes"].get("error.type") == "-32602")
+        assert refused["name"] == "tools/call" and "gen_ai.tool.name" not in refused["attributes"]
         assert task_id not in spans_file.read_text()
     finally:
         api.stop()
