@@ -40,6 +40,7 @@ knows its JSON-RPC code.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NotRequired, TypedDict
 
 from mcp_types import jsonrpc as codes
@@ -53,6 +54,7 @@ __all__ = [
     "InfrastructureError",
     "InputNotSupported",
     "InputTimedOut",
+    "InsufficientScope",
     "InternalError",
     "InvalidParams",
     "InvalidRequest",
@@ -184,6 +186,27 @@ class QuotaExceeded(ProtocolError):
         if self.retry_after_s is None:
             return {}
         return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+
+
+class InsufficientScope(InvalidRequest):
+    """A valid access token without the scopes this operation needs: HTTP 403 with
+    ``WWW-Authenticate: Bearer error="insufficient_scope", scope="…"`` (MCP authorization,
+    "Scope Challenge Handling"; RFC 6750 §3.1), so the client can ask for them (a step-up). An
+    authorization error of the transport: 403 on either protocol revision."""
+
+    http_status = 403
+
+    def __init__(self, scopes: Sequence[str]) -> None:
+        self.scopes = tuple(scopes)
+        super().__init__(f"Forbidden: this operation needs the scopes {' '.join(self.scopes)}")
+
+    @property
+    def headers(self) -> dict[str, str]:
+        # scope-tokens hold no quote or backslash (RFC 6749 §3.3; ``tool(scopes=…)`` checks).
+        return {
+            "WWW-Authenticate": 'Bearer realm="mcp", error="insufficient_scope", '
+            f'scope="{" ".join(self.scopes)}", error_description="the token lacks a required scope"'
+        }
 
 
 class InternalError(ProtocolError):

@@ -123,8 +123,13 @@ class Settings(BaseSettings):
     """A PEM public key (or an HMAC secret for HS* algorithms) instead of a JWKS URL."""
     jwt_algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"])
     """Signature algorithms accepted for access tokens."""
+    jwt_required_scopes: list[str] = Field(default_factory=list)
+    """OAuth scopes every JWT must carry (its ``scope`` or ``scp`` claim), named in the 401
+    challenge's ``scope`` and in ``scopes_supported``; a tool's own ``scopes`` come on top."""
     resource_url: str | None = None
-    """This server's public URL, announced in the protected-resource metadata document."""
+    """This server's public URL (its resource identifier), announced in the protected-resource
+    metadata document and its challenges. In JWT mode it, or a URL ``jwt_audience``, is required:
+    the metadata never follows the request's Host header."""
 
     allowed_origins: list[str] = Field(default_factory=list)
     """Origins accepted besides loopback ones. Requests without an Origin header are accepted."""

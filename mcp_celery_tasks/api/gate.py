@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 
-from mcp_celery_tasks.api.auth import Authenticator, Unauthorized
+from mcp_celery_tasks.api.auth import Authenticator, Identity, Unauthorized
 
 __all__ = ["MAX_PRINCIPAL_CHARS", "Gate", "PrincipalOf"]
 
@@ -36,12 +36,16 @@ class Gate:
 
     async def principal(self, request: Request, authorization: str | None) -> str:
         """The caller's principal; ``Unauthorized`` when there is none."""
+        return (await self.identity(request, authorization)).principal
+
+    async def identity(self, request: Request, authorization: str | None) -> Identity:
+        """The caller and their token's scopes; ``Unauthorized`` when there is none."""
         if self.principal_of is not None:
-            return _checked(await _maybe_awaited(self.principal_of(request)))
+            return Identity(_checked(await _maybe_awaited(self.principal_of(request))))
         settings = self.authenticator.settings
         if authorization and authorization.count(".") == 2 and settings.jwt_jwks_url:
-            return await asyncio.to_thread(self.authenticator.principal, authorization)  # may fetch JWKS
-        return self.authenticator.principal(authorization)
+            return await asyncio.to_thread(self.authenticator.identity, authorization)  # may fetch JWKS
+        return self.authenticator.identity(authorization)
 
     def challenge(self, base_url: str, error: str) -> str:
         """The ``WWW-Authenticate`` value of a 401."""

@@ -28,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from mcp_celery_tasks.api import compose as composition
 from mcp_celery_tasks.api import intake, streams
-from mcp_celery_tasks.api.auth import ANONYMOUS, METADATA_PATH, Authenticator, Unauthorized
+from mcp_celery_tasks.api.auth import ANONYMOUS, METADATA_PATH, Authenticator, Identity, Unauthorized
 from mcp_celery_tasks.api.gate import Gate
 from mcp_celery_tasks.errors import (
     InfrastructureError,
@@ -102,10 +102,15 @@ sensible keep-alive interval: no proxy cuts a request that has been silent for 2
 
 
 async def _handle(
-    services: Services, request: Request, headers: dict[str, str], principal: str, budget: intake.BodyBudget
+    services: Services,
+    request: Request,
+    headers: dict[str, str],
+    identity: Identity,
+    budget: intake.BodyBudget,
 ) -> Reply:
     """Read, parse and dispatch one request within its principal's and the process's limits."""
     settings = services.settings
+    principal = identity.principal
     quotas = services.tasks.quotas
     limits = await quotas.limits(principal)
     # Unauthenticated callers share one principal: their share of the body budget is per client
@@ -115,7 +120,9 @@ async def _handle(
         body = await intake.parsed_body(
             request.receive, headers.get("content-length"), settings, budget, holder
         )
-        return await dispatch.dispatch(services, body, intake.rpc_headers(headers), principal)
+        return await dispatch.dispatch(
+            services, body, intake.rpc_headers(headers), principal, identity.scopes
+        )
 
 
 class _Endpoint:
@@ -258,12 +265,12 @@ class _McpPost:
             refused = InvalidRequest("Not Acceptable: accept application/json and text/event-stream")
             return _error(406, refused)
         try:
-            principal = await self.gate.principal(request, headers.get("authorization"))
+            identity = await self.gate.identity(request, headers.get("authorization"))
         except Unauthorized as exc:
             challenge = self.gate.challenge(str(request.base_url), str(exc))
             return _error(401, InvalidRequest(f"Unauthorized: {exc}"), **{"WWW-Authenticate": challenge})
         try:
-            reply = await _handle(services, request, headers, principal, self.budget)
+            reply = await _handle(services, request, headers, identity, self.budget)
         except QuotaExceeded as exc:
             return _error(exc.http_status, exc, **exc.headers)
         except intake.Busy:
@@ -278,6 +285,10 @@ class _McpPost:
             return _error(408, slow, Connection="close")
         except intake.Disconnected:
             return Response(status_code=499)  # nobody reads it: the client left mid-body
+        if reply.http_status == 403 and reply.headers and "WWW-Authenticate" in reply.headers:
+            # insufficient_scope: the client finds the authorization server from here (step-up).
+            where = self.gate.authenticator.metadata_url(str(request.base_url))
+            reply.headers["WWW-Authenticate"] += f', resource_metadata="{where}"'
         return await _respond(services, reply, headers, request)
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from mcp_celery_tasks.errors import (
     HeaderMismatch,
+    InsufficientScope,
     InvalidParams,
     InvalidRequest,
     MethodNotFound,
@@ -58,8 +59,15 @@ logger = logging.getLogger("mcp_celery_tasks.dispatch")
 # ---- entry points ------------------------------------------------------------------------------
 
 
-async def dispatch(services: Services, body: JSONValue, headers: Headers, principal: str) -> Reply:
-    """Answer one parsed request body (any JSON: what is not a request is refused here)."""
+async def dispatch(
+    services: Services,
+    body: JSONValue,
+    headers: Headers,
+    principal: str,
+    scopes: frozenset[str] | None = None,
+) -> Reply:
+    """Answer one parsed request body (any JSON: what is not a request is refused here).
+    ``scopes``: those of the caller's JWT (None: not scope-limited)."""
     raw_id = body.get("id") if isinstance(body, dict) else None
     request_id = raw_id if valid_id(raw_id) else None
     name = body.get("method") if isinstance(body, dict) else None
@@ -68,7 +76,7 @@ async def dispatch(services: Services, body: JSONValue, headers: Headers, princi
     operation = _operation(label, body, headers, request_id)
     with semconv.current(operation):
         try:
-            reply = await _dispatch(services, body, headers, principal)
+            reply = await _dispatch(services, body, headers, principal, scopes)
         except Exception as exc:
             error = as_protocol_error(exc)
             reply = Reply(error.http_status, error_body(request_id, error), request_id=request_id)
@@ -118,7 +126,9 @@ def _is_legacy(body: JSONValue, session_id: str | None, header_version: str | No
     return body.get("method") == "initialize" or session_id is not None
 
 
-async def _dispatch(services: Services, body: JSONValue, headers: Headers, principal: str) -> Reply:
+async def _dispatch(
+    services: Services, body: JSONValue, headers: Headers, principal: str, scopes: frozenset[str] | None
+) -> Reply:
     if isinstance(body, list):
         raise InvalidRequest("JSON-RPC batches are not supported")
     if isinstance(body, dict) and "id" in body and not valid_id(body["id"]):
@@ -138,7 +148,9 @@ async def _dispatch(services: Services, body: JSONValue, headers: Headers, princ
         params = {}
     if _is_legacy(body, headers.session_id, headers.protocol_version):
         try:
-            return await _legacy(services, body, name, params, headers, principal)
+            return await _legacy(services, body, name, params, headers, principal, scopes)
+        except InsufficientScope:
+            raise  # an authorization error of the transport: 403 on either revision
         except Exception as exc:
             # 2025-11-25 clients read JSON-RPC errors from 200 responses (the 1.x SDKs treat a
             # 4xx as a transport failure); the status codes are 2026-07-28 rules.
@@ -164,7 +176,9 @@ async def _dispatch(services: Services, body: JSONValue, headers: Headers, princ
     if method.param_headers:
         _check_param_headers(params, headers)
     meta = _meta(params, headers)
-    ctx = RequestContext(principal, meta, request_id=request_id, accepts_sse=headers.accepts_sse)
+    ctx = RequestContext(
+        principal, meta, request_id=request_id, accepts_sse=headers.accepts_sse, scopes=scopes
+    )
     return await _call(services, method, ctx, params, server_info=services.server_info)
 
 
@@ -179,7 +193,13 @@ def _sessionless_legacy(params: JSONObject, headers: Headers) -> bool:
 
 
 async def _legacy(
-    services: Services, body: JSONObject, name: str, params: JSONValue, headers: Headers, principal: str
+    services: Services,
+    body: JSONObject,
+    name: str,
+    params: JSONValue,
+    headers: Headers,
+    principal: str,
+    scopes: frozenset[str] | None,
 ) -> Reply:
     raw_id = body.get("id")
     request_id = raw_id if valid_id(raw_id) else None  # absent (a notification): checked by _dispatch
@@ -210,7 +230,12 @@ async def _legacy(
     if method is None:
         raise MethodNotFound(f"Method not found: {name}")
     ctx = RequestContext(
-        principal, meta, request_id=request_id, session_id=headers.session_id, accepts_sse=headers.accepts_sse
+        principal,
+        meta,
+        request_id=request_id,
+        session_id=headers.session_id,
+        accepts_sse=headers.accepts_sse,
+        scopes=scopes,
     )
     return await _call(services, method, ctx, params, server_info=None)
 

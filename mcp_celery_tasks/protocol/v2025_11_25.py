@@ -191,7 +191,7 @@ async def call_tool(services: Services, ctx: RequestContext, params: LegacyCallT
     key = idempotency_key(params.meta)
     try:
         spec, arguments = modern.resolve_call(
-            services, CallToolParams(name=params.name, arguments=params.arguments)
+            services, CallToolParams(name=params.name, arguments=params.arguments), ctx.scopes
         )
     except InvalidArguments as exc:  # a tool execution error the model can correct
         return {"content": [{"type": "text", "text": exc.message}], "isError": True}

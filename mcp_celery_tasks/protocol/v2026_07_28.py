@@ -18,7 +18,7 @@ import pydantic_core
 from mcp_types import CallToolResult, DiscoverResult, ListToolsResult, Tool
 from mcp_types import jsonrpc as codes
 
-from mcp_celery_tasks.errors import InvalidParams, MissingCapability
+from mcp_celery_tasks.errors import InsufficientScope, InvalidParams, MissingCapability
 from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.lifecycle import COMPLETED, FAILED, INPUT_REQUIRED, Status
 from mcp_celery_tasks.protocol import rounds as mrtr
@@ -154,12 +154,17 @@ async def call_tool(services: Services, ctx: RequestContext, params: CallToolPar
     return await _call_tool(services, ctx, params)
 
 
-def resolve_call(services: Services, params: CallToolParams) -> tuple[ToolSpec, JSONObject]:
+def resolve_call(
+    services: Services, params: CallToolParams, scopes: frozenset[str] | None = None
+) -> tuple[ToolSpec, JSONObject]:
     """The tool and its validated, storable arguments (-32602 for an unknown tool, arguments that
-    are too large or do not fit the schema)."""
+    are too large or do not fit the schema; 403 ``insufficient_scope`` for a JWT caller whose
+    ``scopes`` lack the tool's)."""
     spec = get_tool(params.name)
     if spec is None:
         raise InvalidParams(f"Unknown tool: {params.name}")
+    if scopes is not None and not scopes.issuperset(spec.scopes):
+        raise InsufficientScope(spec.scopes)
     limit = services.settings.max_arguments_bytes
     if params.arguments and len(pydantic_core.to_json(params.arguments)) > limit:
         raise InvalidParams(f"arguments are larger than {limit} bytes")
@@ -169,7 +174,7 @@ def resolve_call(services: Services, params: CallToolParams) -> tuple[ToolSpec, 
 async def _call_tool(services: Services, ctx: RequestContext, params: CallToolParams) -> Result:
     key = idempotency_key(params.meta.model_extra if params.meta else None)
     try:
-        spec, arguments = resolve_call(services, params)
+        spec, arguments = resolve_call(services, params, ctx.scopes)
     except InvalidArguments as exc:
         return CallToolResult.model_validate(error_result(exc.message))  # the model can correct it
     tasked = ctx.declares_tasks

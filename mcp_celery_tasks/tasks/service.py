@@ -86,6 +86,8 @@ class RequestContext:
     session_id: str | None = None
     accepts_sse: bool = True
     """The client accepts an SSE response (2025-11-25 calls relay input requests on it)."""
+    scopes: frozenset[str] | None = None
+    """The OAuth scopes of the caller's JWT; None: not scope-limited (``api.auth.Identity``)."""
 
     @property
     def declares_tasks(self) -> bool:

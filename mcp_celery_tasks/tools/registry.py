@@ -10,9 +10,10 @@ import contextlib
 import importlib
 import inspect
 import os
+import re
 import sys
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
@@ -73,6 +74,9 @@ class ToolSpec:
     suspend_after: float | Literal["settings"] | None = "settings"
     """Seconds of waiting for input before the job gives its slot back; None: stay resident;
     ``"settings"``: ``Settings.suspend_after_seconds``."""
+    scopes: tuple[str, ...] = ()
+    """OAuth scopes a JWT caller's token must carry to call the tool (403 ``insufficient_scope``
+    otherwise, naming them: a step-up); static tokens and embedding apps are not scope-checked."""
 
     def validate_arguments(self, arguments: Mapping[str, object]) -> JSONObject:
         """Validate against the input schema; return the JSON-ready arguments to store.
@@ -178,6 +182,7 @@ def tool(
     gpu_memory_limit_mb: int | None = None,
     suspend_after: float | Literal["settings"] | None = "settings",
     schema_extra: Mapping[str, object] | None = None,
+    scopes: Sequence[str] = (),
 ) -> Callable[[F], F]: ...
 
 
@@ -200,6 +205,7 @@ def tool(
     gpu_memory_limit_mb: int | None = None,
     suspend_after: float | Literal["settings"] | None = "settings",
     schema_extra: Mapping[str, object] | None = None,
+    scopes: Sequence[str] = (),
 ) -> F | Callable[[F], F]:
     """Register a function as an MCP tool that runs as a Celery job.
 
@@ -222,7 +228,8 @@ def tool(
     adds JSON Schema keywords to the advertised input schema (``$schema``, ``$defs``, ``allOf``,
     ``if``/``then``/``else``, or a property's ``x-mcp-header``: each of its ``properties``
     replaces the generated one); the signature still validates the arguments, so keep the two
-    consistent.
+    consistent. ``scopes``: the OAuth scopes a JWT caller needs for this tool (step-up: a token
+    without them gets 403 ``insufficient_scope`` naming them).
     """
 
     def register(target: F) -> F:
@@ -266,6 +273,7 @@ def tool(
             memory_limit_mb=memory_limit_mb,
             gpu_memory_limit_mb=gpu_memory_limit_mb,
             suspend_after=_checked_suspend_after(suspend_after),
+            scopes=_checked_scopes(tool_name, scopes),
         )
         return target
 
@@ -280,6 +288,19 @@ def _checked_suspend_after(value: float | Literal["settings"] | None) -> float |
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
         raise ValueError(f"suspend_after must be a number of seconds >= 0, None or 'settings', not {value!r}")
     return float(value)
+
+
+_SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]{1,128}")
+r"""RFC 6749 §3.3 ``scope-token``: printable ASCII without space, ``"`` and ``\``."""
+
+
+def _checked_scopes(tool_name: str, scopes: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(scopes, str):
+        raise TypeError(f"tool {tool_name!r}: scopes is a list of scope names, not one string")
+    for scope in scopes:
+        if not isinstance(scope, str) or not _SCOPE_TOKEN.fullmatch(scope):
+            raise ValueError(f"tool {tool_name!r}: {scope!r} is not an OAuth scope token (RFC 6749 §3.3)")
+    return tuple(dict.fromkeys(scopes))
 
 
 def _function_of(target: Callable[..., Any]) -> Callable[..., Any]:

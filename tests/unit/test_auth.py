@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import jwt
@@ -29,6 +32,7 @@ def authenticator() -> Authenticator:
             jwt_audience="mcp",
             jwt_public_key=SECRET,
             jwt_algorithms=["HS256"],
+            resource_url="https://mcp.example/mcp",
         )
     )
 
@@ -88,7 +92,79 @@ def test_a_jwt_signed_with_another_key_or_algorithm_is_refused(authenticator: Au
         authenticator.principal("Bearer " + unsigned)
 
 
-def test_the_challenge_points_at_the_resource_metadata(authenticator: Authenticator) -> None:
-    challenge = authenticator.challenge("http://127.0.0.1:8000/", 'bad "token"')
-    assert 'resource_metadata="http://127.0.0.1:8000/.well-known/oauth-protected-resource"' in challenge
-    assert '"token"' not in challenge  # quotes in the reason cannot break the header
+def test_the_challenge_points_at_the_configured_resources_metadata(authenticator: Authenticator) -> None:
+    challenge = authenticator.challenge("http://evil.example:8000/", 'bad "token" \u043a\\')
+    # RFC 9728 §3.1's path-inserted URL, from the configured resource, never the Host header.
+    assert 'resource_metadata="https://mcp.example/.well-known/oauth-protected-resource/mcp"' in challenge
+    assert challenge.endswith('error_description="bad token "')  # no quote, backslash or non-ASCII
+    assert authenticator.metadata("http://evil.example/")["resource"] == "https://mcp.example/mcp"
+
+
+def test_a_jwt_setup_without_a_configured_resource_or_with_a_short_hmac_secret_does_not_start() -> None:
+    base: dict[str, Any] = {"jwt_issuer": ISSUER, "jwt_public_key": SECRET, "jwt_algorithms": ["HS256"]}
+    with pytest.raises(ValueError, match="MCP_TASKS_RESOURCE_URL"):
+        Authenticator(Settings(**base, jwt_audience="mcp"))
+    Authenticator(Settings(**base, jwt_audience="https://mcp.example/mcp"))  # a URL audience is the resource
+    with pytest.raises(ValueError, match="at least 32"):
+        Authenticator(Settings(**{**base, "jwt_public_key": "s3cret"}, resource_url="https://m.example/mcp"))
+
+
+@pytest.mark.parametrize(
+    ("claims", "scopes"),
+    [({}, set()), ({"scope": "mcp models:train"}, {"mcp", "models:train"}), ({"scp": ["mcp"]}, {"mcp"})],
+)
+def test_a_jwts_scopes_come_from_its_scope_or_scp_claim(
+    authenticator: Authenticator, claims: dict[str, Any], scopes: set[str]
+) -> None:
+    assert authenticator.identity(token(**claims)).scopes == frozenset(scopes)
+    assert authenticator.identity("Bearer alice-token").scopes is None  # static tokens: not scope-limited
+
+
+def test_a_jwt_without_a_required_scope_is_refused_and_the_challenge_names_it() -> None:
+    required = Authenticator(
+        Settings(jwt_issuer=ISSUER, jwt_audience="mcp", jwt_public_key=SECRET, jwt_algorithms=["HS256"],
+                 resource_url="https://mcp.example/mcp", jwt_required_scopes=["mcp"])
+    )  # fmt: skip
+    with pytest.raises(Unauthorized, match="lacks a scope"):
+        required.identity(token(scope="other"))
+    assert required.identity(token(scope="mcp other")).principal == f"jwt:{ISSUER}#user-1"
+    assert 'scope="mcp"' in required.challenge("https://mcp.example/", "x")
+    assert required.metadata("https://mcp.example/")["scopes_supported"][:1] == ["mcp"]
+
+
+def test_an_unknown_kid_fetches_the_jwks_at_most_once_per_cooldown() -> None:
+    """A token whose ``kid`` the issuer's keys lack (any characters: it once reached the 401
+    header and made it HTTP 500) is refused with fixed text, and random ``kid``s cannot make
+    each request a JWKS fetch."""
+    fetches: list[float] = []
+
+    class Jwks(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            fetches.append(time.monotonic())
+            body = json.dumps(
+                {"keys": [{"kty": "oct", "kid": "k1", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTEyMw"}]}
+            )
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Jwks)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        checker = Authenticator(
+            Settings(jwt_issuer=ISSUER, jwt_audience="mcp", jwt_algorithms=["HS256"], resource_url="https://m.example/mcp",
+                     jwt_jwks_url=f"http://127.0.0.1:{server.server_port}/jwks.json")
+        )  # fmt: skip
+        payload = {"iss": ISSUER, "sub": "u", "aud": "mcp", "exp": int(time.time()) + 60}
+        for kid in ("\u043a\u043b\u044e\u0447", "x" * 5000, "k2", "k3"):
+            forged = jwt.encode(payload, SECRET, algorithm="HS256", headers={"kid": kid})
+            with pytest.raises(Unauthorized) as refused:
+                checker.identity("Bearer " + forged)
+            assert str(refused.value) == "the token is signed with an unknown key"
+        assert len(fetches) == 1  # the first lookup; every unknown kid after it waits for the cooldown
+    finally:
+        server.shutdown()
