@@ -195,6 +195,7 @@ async def call_tool(services: Services, ctx: RequestContext, params: LegacyCallT
         )
     except InvalidArguments as exc:  # a tool execution error the model can correct
         return {"content": [{"type": "text", "text": exc.message}], "isError": True}
+    modern.require_inputs(spec, ctx)
     # SEP-1686: the request opts in with params.task (the server advertised tasks.requests).
     wants_task = params.task is not None
     if spec.mode == "required" and not wants_task:

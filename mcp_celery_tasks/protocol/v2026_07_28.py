@@ -171,12 +171,26 @@ def resolve_call(
     return spec, spec.validate_arguments(params.arguments or {})
 
 
+def require_inputs(spec: ToolSpec, ctx: RequestContext) -> None:
+    """-32021 naming the client capabilities the tool's input requests need and the request (or
+    its 2025-11-25 session) did not declare: refused before a job runs, not a task that ends
+    ``isError`` when the tool first asks (clients that declare only the tasks extension)."""
+    declared = ctx.meta.client_capabilities if ctx.meta is not None else {}
+    missing = [kind for kind in spec.needs_inputs if not isinstance(declared.get(kind), dict)]
+    if missing:
+        raise MissingCapability(
+            f"Missing required client capability: {spec.name!r} asks the client for {', '.join(missing)}",
+            {kind: {} for kind in missing},
+        )
+
+
 async def _call_tool(services: Services, ctx: RequestContext, params: CallToolParams) -> Result:
     key = idempotency_key(params.meta.model_extra if params.meta else None)
     try:
         spec, arguments = resolve_call(services, params, ctx.scopes)
     except InvalidArguments as exc:
         return CallToolResult.model_validate(error_result(exc.message))  # the model can correct it
+    require_inputs(spec, ctx)
     tasked = ctx.declares_tasks
     if spec.mode == "required" and not tasked:
         # SEP-2663: a server that cannot answer without a task MUST say -32021 (HTTP 400).

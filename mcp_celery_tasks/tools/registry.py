@@ -43,6 +43,11 @@ as a task when the request declares the tasks extension, ``required`` only as a 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+InputKind = Literal["elicitation", "sampling", "roots"]
+INPUT_KINDS: tuple[InputKind, ...] = ("elicitation", "sampling", "roots")
+"""The client capabilities a tool's input requests need: ``elicitation/create``,
+``sampling/createMessage``, ``roots/list``."""
+
 AskFirst = Elicit | Callable[[JSONObject], Elicit | None] | Callable[[JSONObject, str], Elicit | None]
 """A pre-task question, or a function of the call's arguments (and, if it takes a second
 parameter, of the calling principal: a question about one principal's files) that returns one
@@ -74,6 +79,10 @@ class ToolSpec:
     suspend_after: float | Literal["settings"] | None = "settings"
     """Seconds of waiting for input before the job gives its slot back; None: stay resident;
     ``"settings"``: ``Settings.suspend_after_seconds``."""
+    needs_inputs: tuple[InputKind, ...] = ()
+    """The kinds of input request the tool raises (``elicitation``, ``sampling``, ``roots``): a
+    client that did not declare one of them gets -32021 at the call, before any job runs,
+    instead of a task that ends ``isError`` when the tool asks."""
     scopes: tuple[str, ...] = ()
     """OAuth scopes a JWT caller's token must carry to call the tool (403 ``insufficient_scope``
     otherwise, naming them: a step-up); static tokens and embedding apps are not scope-checked."""
@@ -183,6 +192,7 @@ def tool(
     suspend_after: float | Literal["settings"] | None = "settings",
     schema_extra: Mapping[str, object] | None = None,
     scopes: Sequence[str] = (),
+    needs_inputs: Sequence[InputKind] = (),
 ) -> Callable[[F], F]: ...
 
 
@@ -206,6 +216,7 @@ def tool(
     suspend_after: float | Literal["settings"] | None = "settings",
     schema_extra: Mapping[str, object] | None = None,
     scopes: Sequence[str] = (),
+    needs_inputs: Sequence[InputKind] = (),
 ) -> F | Callable[[F], F]:
     """Register a function as an MCP tool that runs as a Celery job.
 
@@ -229,7 +240,9 @@ def tool(
     ``if``/``then``/``else``, or a property's ``x-mcp-header``: each of its ``properties``
     replaces the generated one); the signature still validates the arguments, so keep the two
     consistent. ``scopes``: the OAuth scopes a JWT caller needs for this tool (step-up: a token
-    without them gets 403 ``insufficient_scope`` naming them).
+    without them gets 403 ``insufficient_scope`` naming them). ``needs_inputs``: the input
+    requests the tool makes (``"elicitation"``, ``"sampling"``, ``"roots"``); a client that cannot
+    answer one gets -32021 naming the capability before the job runs.
     """
 
     def register(target: F) -> F:
@@ -274,6 +287,7 @@ def tool(
             gpu_memory_limit_mb=gpu_memory_limit_mb,
             suspend_after=_checked_suspend_after(suspend_after),
             scopes=_checked_scopes(tool_name, scopes),
+            needs_inputs=_checked_inputs(tool_name, needs_inputs),
         )
         return target
 
@@ -292,6 +306,15 @@ def _checked_suspend_after(value: float | Literal["settings"] | None) -> float |
 
 _SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]{1,128}")
 r"""RFC 6749 §3.3 ``scope-token``: printable ASCII without space, ``"`` and ``\``."""
+
+
+def _checked_inputs(tool_name: str, kinds: Sequence[str]) -> tuple[InputKind, ...]:
+    if isinstance(kinds, str):
+        raise TypeError(f"tool {tool_name!r}: needs_inputs is a list of input kinds, not one string")
+    for kind in kinds:
+        if kind not in INPUT_KINDS:
+            raise ValueError(f"tool {tool_name!r}: {kind!r} is not an input kind ({', '.join(INPUT_KINDS)})")
+    return tuple(dict.fromkeys(kinds))  # type: ignore[arg-type]  # checked just above
 
 
 def _checked_scopes(tool_name: str, scopes: Sequence[str]) -> tuple[str, ...]:

@@ -239,3 +239,28 @@ def test_bare_decorator_uses_the_function_name_and_first_docstring_paragraph() -
     found = spec("test_bare_decorator__summarize")
     assert found.description == "Summarize a text."
     assert found.fn is test_bare_decorator__summarize
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"needs_inputs": ["telepathy"]}, "not an input kind"),
+        ({"needs_inputs": "elicitation"}, "not one string"),
+        ({"scopes": ["has space"]}, "not an OAuth scope token"),
+        ({"scopes": ['quote"']}, "not an OAuth scope token"),
+        ({"scopes": "models:train"}, "not one string"),
+    ],
+)
+def test_bad_needs_inputs_and_scopes_are_refused_at_registration(
+    options: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises((ValueError, TypeError), match=problem):
+        tool(name="r_bad_options", **options)(lambda: None)
+
+
+def test_needs_inputs_and_scopes_are_kept_once_each_in_order() -> None:
+    tool(name="r_declared", needs_inputs=["sampling", "elicitation", "sampling"], scopes=["a", "b", "a"])(
+        lambda: None
+    )
+    spec = get_tool("r_declared")
+    assert spec is not None and spec.needs_inputs == ("sampling", "elicitation") and spec.scopes == ("a", "b")
