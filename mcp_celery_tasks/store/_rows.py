@@ -37,6 +37,7 @@ def new_task_params(task: NewTask) -> dict[str, object]:
         "log_level": task.log_level,
         "idempotency_key": task.idempotency_key,
         "request_digest": task.request_digest,
+        "synchronous": task.synchronous,
     }
 
 

@@ -63,6 +63,8 @@ class NewTask:
     """The client's idempotency key: one live task per owner and key (``tasks.idempotency``)."""
     request_digest: str | None = None
     """What a keyed call asked for (tool and arguments), to tell a retry from a reused key."""
+    synchronous: bool = False
+    """A plain ``tools/call`` waits for this run (no task handle was given)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +143,8 @@ class ClaimedTask:
     """Seconds since the answer that resumed the job was recorded (None: not a resume)."""
     owner: str = ""
     """The principal that created the task (a tool keeps one principal's files apart from another's)."""
+    synchronous: bool = False
+    """The run backs a synchronous call (``ctx.is_task`` is False)."""
 
 
 @dataclass(frozen=True, slots=True)

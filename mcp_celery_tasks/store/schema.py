@@ -108,6 +108,8 @@ tasks = Table(
     Column("resumed_at", DateTime(timezone=True), nullable=True),
     Column("suspensions", Integer, nullable=False, server_default=text("0")),
     Column("device", Text, nullable=True),
+    # Migration 0023: the row backs a synchronous call (``ctx.is_task`` is False).
+    Column("synchronous", Boolean, nullable=False, server_default=text("false")),
     Column("idempotency_key", Text, nullable=True),
     Column("request_digest", Text, nullable=True),
     CheckConstraint(STATUS_CHECK, name="status"),

@@ -289,6 +289,7 @@ class TaskService:
             # as a row too, but the client never saw a task, so it stays out of tasks/list.
             session_id=ctx.session_id if as_task else None,
             log_level=None if as_task else log_level,  # never logs on a task (S-53)
+            synchronous=not as_task,
         )
 
     async def get(self, task_id: str, principal: str) -> TaskRecord:

@@ -69,6 +69,7 @@ class Row:
     suspensions: int = 0
     logs: list[tuple[str, str | None, JSONValue]] = field(default_factory=list)
     log_level: str | None = None
+    synchronous: bool = False
     reports: list[tuple[str, float | None, float | None]] = field(default_factory=list)
     """Every status report written, in order (``status_message`` is the last one)."""
 
@@ -170,6 +171,7 @@ class MemoryStore(MemorySteps):
             owner=row.owner,
             age_s=now - row.created_at,
             log_level=row.log_level,
+            synchronous=row.synchronous,
             suspensions=row.suspensions,
             resumed_for_s=None if row.resumed_at is None else now - row.resumed_at,
         )

@@ -139,6 +139,7 @@ def run_tool(
     preflight: Mapping[str, object] | None = None,
     settings: Settings | None = None,
     principal: str = "anon",
+    synchronous: bool = False,
 ) -> ToolRun:
     """Call a ``@tool`` as the server would, with no Postgres, broker or worker.
 
@@ -159,6 +160,7 @@ def run_tool(
             questions (by default they are asked before the job runs, as the server asks them,
             and answered from ``answers`` by their key).
         principal: who calls (``ctx.principal``; what ``ask_first`` functions see).
+        synchronous: run as a plain ``tools/call`` would (``ctx.is_task`` is False).
         settings: the worker settings (default: from the environment, with every status report
             written and every cancel check reading the row, so a run is deterministic; a
             ``ctx.sleep`` then really sleeps, checking for a cancel all the while).
@@ -190,6 +192,7 @@ def run_tool(
         log_level="debug",
         max_attempts=1,
         owner=principal,
+        synchronous=synchronous,
     )
     client = _Client(store, row, answers)
     inbox = MemoryInbox(client.on_wait)

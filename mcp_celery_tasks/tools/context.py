@@ -122,8 +122,13 @@ class TaskContext:
         steps: TaskSteps = NO_STEPS,
         principal: str = "",
         device: str | None = None,
+        is_task: bool = True,
     ) -> None:
         self.task_id = task_id
+        self.is_task = is_task
+        """Whether the client holds a task handle for this run (it polls, and may come back
+        later); False for a plain ``tools/call`` that waits for the result (keep it short, or
+        tell the caller to use a task)."""
         self.principal = principal
         self.device = device
         self.job_id = job_id

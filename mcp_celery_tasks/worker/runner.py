@@ -334,6 +334,7 @@ class JobRunner:
             max_outstanding_inputs=self._settings.max_outstanding_inputs,
             sleep_slice_s=self._settings.cancel_check_interval_seconds,
             log_level=job.log_level,
+            is_task=not job.synchronous,
             steps=JobSteps(self._store, self._settings, task_id=job.task_id, job_id=job.job_id,
                            tool_name=job.tool_name, worker=runtime.worker, stopping=lambda: runtime.stopping,
                            replayed=runtime.replayed, new_work=runtime.reached_new_work),

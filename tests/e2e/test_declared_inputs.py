@@ -1,6 +1,6 @@
-"""A tool that declares the input requests it makes (``needs_inputs``): a client that cannot
+"""What a tool declares and knows. Declared input requests (``needs_inputs``): a client that cannot
 answer them is told so at the call (-32021 naming the capability), before any job runs, on both
-protocol revisions; a client that can answer gets its task as usual."""
+protocol revisions; a client that can answer gets its task as usual. And ``ctx.is_task``."""
 
 from __future__ import annotations
 
@@ -54,3 +54,10 @@ def test_a_2025_session_without_elicitation_is_refused_too(stack: Stack) -> None
     assert body["error"]["code"] == -32021 and body["error"]["data"]["requiredCapabilities"] == {
         "elicitation": {}
     }
+
+
+def test_a_tool_knows_whether_it_runs_as_a_task(client: Client) -> None:
+    task_id = client.start("t_is_task")
+    assert client.wait_status(task_id)["result"]["content"][0]["text"] == "task"
+    plain = client.call_tool("t_is_task", extension=False)
+    assert plain.result["content"][0]["text"] == "synchronous"

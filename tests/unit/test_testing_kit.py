@@ -162,3 +162,13 @@ def test_a_question_without_a_key_is_answered_by_the_automatic_key_the_error_nam
     key = caught.value.request.key
     yes = {"action": "accept", "content": {"ok": True}}
     assert run_tool(unkeyed, answers={key: yes}).text == "yes"
+
+
+@tool(name="kit_is_task")
+def is_task(ctx: TaskContext) -> str:
+    return "task" if ctx.is_task else "synchronous"
+
+
+def test_a_run_is_a_task_unless_it_stands_for_a_synchronous_call() -> None:
+    assert run_tool("kit_is_task").text == "task"
+    assert run_tool("kit_is_task", synchronous=True).text == "synchronous"
