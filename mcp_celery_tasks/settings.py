@@ -89,7 +89,9 @@ class Settings(BaseSettings):
     )
 
     database_url: str = "postgresql://postgres@127.0.0.1:5432/mcp_tasks"
-    """Postgres DSN (libpq form). The task rows live here."""
+    """Postgres DSN (libpq form). The task rows live here. A primary and its standby:
+    ``postgresql://app@pg-a:5432,pg-b:5432/tasks?target_session_attrs=read-write`` (every
+    process follows a promotion; docs/SCALING.md, "Failover to a standby")."""
 
     broker_url: str = "redis://127.0.0.1:6379/0"
     """Celery broker: ``redis://…`` or ``amqp://…``."""
