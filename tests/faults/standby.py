@@ -20,6 +20,7 @@ import glob
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import warnings
@@ -103,6 +104,7 @@ class Pair:
     bin_dir: Path
     primary: Server
     standby: Server
+    silent: socket.socket | None = None
 
     def multi_host_dsn(self, database: str) -> str:
         hosts = f"127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}"
@@ -114,6 +116,17 @@ class Pair:
         assert proc is not None and proc.poll() is None, "the primary is not running"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+    def silence_primary(self) -> None:
+        """Hold the dead primary's address silent: a listener that never accepts, so a connect
+        there completes the handshake and then waits for an answer that never comes (a host
+        that hangs, or a dropped SYN, as the client sees them) until ``connect_timeout``."""
+        assert not self.primary.running(), "the primary is still running"
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # its old sockets linger
+        listener.bind(("127.0.0.1", self.primary.port))
+        listener.listen(1024)
+        self.silent = listener
 
     def promote(self) -> None:
         """``pg_ctl promote -w``: returns once the standby accepts writes."""
@@ -178,6 +191,7 @@ def standby_pair() -> Iterator[Pair]:
     sockets = root / "sockets"
     primary = Server("primary", root / "primary", support.free_port(), root / "primary.log")
     standby = Server("standby", root / "standby", support.free_port(), root / "standby.log")
+    pair: Pair | None = None
     try:
         if os.geteuid() == 0:
             ensure_system_user()
@@ -213,6 +227,8 @@ def standby_pair() -> Iterator[Pair]:
     finally:
         for server in (standby, primary):
             _stop(server)
+        if pair is not None and pair.silent is not None:
+            pair.silent.close()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -5,15 +5,17 @@ worker and beat) follows by itself through one multi-host DSN
 
 The scenario is the partition suite's (``partition_checks.run_scenario``): bodies that report
 and bodies that never touch ``ctx``, both longer than the gap, questions waiting for a human,
-small tasks created all along. The fault is ``kill -9`` of the primary's whole process group;
-the heal is ``pg_ctl promote``. Checked: 0 lost, 0 double outcomes, 0 bodies at work twice at
-once, no attempt burned; during the gap the API answers 503 with ``Retry-After`` promptly
-(never a hang), and soon after the promotion it answers again; the event hub listens on the
-new primary; no process keeps a connection to the dead one; releases the standby never got
-(``synchronous_commit = off``) are released again, so nothing stays unpublished.
+small tasks created all along. The fault is ``kill -9`` of the primary's whole process group,
+its address then silent as a host that is gone (a listener that never answers: every connect
+waits its timeout there first); the heal is ``pg_ctl promote``. Checked: 0 lost, 0 double
+outcomes, 0 bodies at work twice at once, no attempt burned; during the gap the API answers 503
+with ``Retry-After`` promptly (never a hang), and soon after the promotion it answers again,
+for good; the event hub listens on the new primary; no process keeps a connection to the dead
+one; releases the standby never got (``synchronous_commit = off``) are released again, so
+nothing stays unpublished.
 
-The short form runs in CI (the paired pass); ``FAULTS_LONG=1`` adds a gap longer than the
-lease and its grace.
+The short form runs in CI (the paired pass); ``FAULTS_LONG=1`` adds a primary whose host
+refuses at once, and a gap longer than the lease and its grace.
 """
 
 from __future__ import annotations
@@ -48,15 +50,17 @@ long_form = pytest.mark.skipif(
 )
 
 GAP_ANSWER_BOUND_S = 2.0
-"""During the gap a request is answered within this long: the dead host refuses at once, the
-standby is refused by ``target_session_attrs`` at once; the pool wait is 1 s here."""
+"""During the gap a request is answered within this long: it waits for a pooled connection
+``db_unavailable_after_seconds`` (0.5 s), or for its turn at the pool up to the connect bound
+(1 s here), never for a connect itself."""
 HEARTBEAT_S = 2.0
 """A worker's heartbeat (default 10 s): an idle main process uses its connection no sooner."""
 AFTER_RECOVERY = 20
 """Tasks handed out after the API answers again, before the load stops."""
 API_RECOVERY_BOUND_S = 5.0
-"""The API answers again this soon after the promotion (the pool is rebuilt at most once a
-second once a direct connection works, ``ApiStore._recover``)."""
+"""The API answers again this soon after the promotion: the pool is rebuilt once a direct
+connection works (``ApiStore._recover``), and its connections wait up to 2 s on a silent first
+host before they reach the standby."""
 
 
 @pytest.fixture(autouse=True)
@@ -150,9 +154,10 @@ def stack(pair: Pair) -> Iterator[FaultStack]:
 
 
 def _scenario(
-    stack: FaultStack, pair: Pair, label: str, gap_s: float, asks: int = 2
+    stack: FaultStack, pair: Pair, label: str, gap_s: float, asks: int = 2, silent: bool = False
 ) -> tuple[Result, Promotion, Seen]:
-    """Kill the primary under the partition suite's load, promote the standby ``gap_s`` later."""
+    """Kill the primary under the partition suite's load, promote the standby ``gap_s`` later;
+    ``silent``: the dead primary's address then answers nothing (``Pair.silence_primary``)."""
     seen = Seen()
     promotion = Promotion(pair, "failover", seen)
 
@@ -160,6 +165,8 @@ def _scenario(
         assert pair.sync_state() == "sync", "the standby is not synchronous"
         pair.kill_primary()
         seen.killed_at = time.monotonic()
+        if silent:
+            pair.silence_primary()
 
     def during(_: Result, load: Load) -> None:
         seen.load = load
@@ -169,8 +176,19 @@ def _scenario(
 
 
 @pytest.mark.slow
-def test_failover_to_a_promoted_standby_under_load_loses_nothing(stack: FaultStack, pair: Pair) -> None:
-    result, promotion, seen = _scenario(stack, pair, "primary killed, standby promoted", 2.0)
+def test_failover_from_a_primary_gone_silent_loses_nothing(stack: FaultStack, pair: Pair) -> None:
+    # As a host that is gone looks: its address does not refuse, so every new connection waits
+    # its connect timeout there (2 s, psycopg's floor) before it reaches the promoted standby.
+    result, promotion, seen = _scenario(
+        stack, pair, "primary killed, its address silent, promoted 3 s later", 3.0, silent=True
+    )
+    _verdict(stack, pair, result, promotion, seen)
+
+
+@long_form
+def test_failover_from_a_refusing_primary_loses_nothing(stack: FaultStack, pair: Pair) -> None:
+    # The dead primary's host is up and refuses at once: the standby is reached without a wait.
+    result, promotion, seen = _scenario(stack, pair, "primary killed (refusing), promoted 2 s later", 2.0)
     _verdict(stack, pair, result, promotion, seen)
 
 
@@ -178,7 +196,9 @@ def test_failover_to_a_promoted_standby_under_load_loses_nothing(stack: FaultSta
 def test_failover_with_a_gap_past_the_lease_loses_nothing(stack: FaultStack, pair: Pair) -> None:
     # Nobody can renew a lease during the gap: the leases run out there, and the sweeper's gap
     # memory must keep them from being taken from their live workers after the promotion.
-    result, promotion, seen = _scenario(stack, pair, "primary killed, promoted 12 s later", 12.0, asks=3)
+    result, promotion, seen = _scenario(
+        stack, pair, "primary killed, its address silent, promoted 12 s later", 12.0, asks=3, silent=True
+    )
     _verdict(stack, pair, result, promotion, seen)
 
 
