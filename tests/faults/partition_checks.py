@@ -205,7 +205,10 @@ def run_scenario(
     result.recovery_s = time.monotonic() - healed
     result.tasks = len(received)
     for task_id in received:
-        row = rows[task_id]
+        row = rows.get(task_id)
+        if row is None:  # a commit the client was answered for is gone (a failover lost it)
+            result.lost.append(f"{task_id[:8]} has no row")
+            continue
         if row["status"] != "completed" or (row["result"] or {}).get("isError"):
             result.lost.append(
                 f"{task_id[:8]} {row['tool_name']} {row['status']} {row['result'] or row['error']}"

@@ -55,7 +55,7 @@ GAP_ANSWER_BOUND_S = 2.0
 (1 s here), never for a connect itself."""
 HEARTBEAT_S = 2.0
 """A worker's heartbeat (default 10 s): an idle main process uses its connection no sooner."""
-AFTER_RECOVERY = 20
+AFTER_RECOVERY = 10
 """Tasks handed out after the API answers again, before the load stops."""
 API_RECOVERY_BOUND_S = 5.0
 """The API answers again this soon after the promotion: the pool is rebuilt once a direct
