@@ -12,6 +12,7 @@ import typing
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -88,7 +89,9 @@ class Settings(BaseSettings):
     )
 
     database_url: str = "postgresql://postgres@127.0.0.1:5432/mcp_tasks"
-    """Postgres DSN (libpq form). The task rows live here."""
+    """Postgres DSN (libpq form). The task rows live here. A primary and its standby:
+    ``postgresql://app@pg-a:5432,pg-b:5432/tasks?target_session_attrs=read-write`` (every
+    process follows a promotion; docs/SCALING.md, "Failover to a standby")."""
 
     broker_url: str = "redis://127.0.0.1:6379/0"
     """Celery broker: ``redis://…`` or ``amqp://…``."""
@@ -536,11 +539,28 @@ class Settings(BaseSettings):
 
     @property
     def sqlalchemy_url(self) -> str:
-        return "postgresql+psycopg://" + self.session_database_url.removeprefix("postgresql://")
+        """``session_database_url`` for SQLAlchemy (migrations), multi-host DSNs included."""
+        return _sqlalchemy_form(self.session_database_url)
 
     @property
     def auth_enabled(self) -> bool:
         return bool(self.auth_tokens) or self.jwt_issuer is not None
+
+
+def _sqlalchemy_form(url: str) -> str:
+    """The libpq URL in SQLAlchemy's spelling. A multi-host URL (``host1:5432,host2:5432``, a
+    primary and its standby, picked by ``target_session_attrs``) is valid libpq but not a URL
+    SQLAlchemy parses (its port must be one number): its hosts move to ``?host=h:p&host=h:p``,
+    the form SQLAlchemy's psycopg dialect turns back into libpq's."""
+    rest = url.removeprefix("postgresql://")
+    netloc, _, tail = rest.partition("/")
+    user, at, hosts = netloc.rpartition("@")
+    if "," not in hosts:
+        return "postgresql+psycopg://" + rest
+    path, _, query = tail.partition("?")
+    params = "&".join(f"host={quote(host, safe='[]')}" for host in hosts.split(",") if host)
+    query = f"{params}&{query}" if query else params
+    return f"postgresql+psycopg://{user}{at}/{path}?{query}"
 
 
 def markdown_table() -> str:

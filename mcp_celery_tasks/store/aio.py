@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, LiteralString, TypeVar
@@ -60,8 +60,11 @@ class ApiStore:
         costs a task and a timer per waiter (64 concurrent gets on 10 connections spent a tenth of
         their CPU there)."""
         self._last_recover = 0.0
+        self._recover_hold_s = 1.0
+        self._served_at = 0.0  # when a statement last succeeded
         self._closing: set[asyncio.Task[None]] = set()
         self._checking: set[asyncio.Task[None]] = set()
+        self._recovering: set[asyncio.Task[None]] = set()
 
     async def open(self) -> None:
         await self._pool.open(wait=False)
@@ -82,9 +85,12 @@ class ApiStore:
     async def _recover(self) -> None:
         """psycopg_pool reconnects with an exponential backoff (1, 2, 4, 8 … s), so after a long
         outage it can stay empty for as long again. When a direct connection works, swap in a
-        fresh pool (at most once a second)."""
+        fresh pool (at most once a second), unless the old one served a statement meanwhile,
+        and leave it three times as long as that connection took to open its own: after a
+        failover whose first host is silent every connect waits its timeout there first, and a
+        pool replaced each second never got one (503 for ever)."""
         now = time.monotonic()
-        if now - self._last_recover < 1.0:
+        if now - self._last_recover < self._recover_hold_s:
             return
         self._last_recover = now
         try:
@@ -92,8 +98,12 @@ class ApiStore:
                 self._settings.database_url, connect_timeout=1, prepare_threshold=None
             )
         except psycopg.Error:
+            self._recover_hold_s = 1.0
             return  # still down
+        self._recover_hold_s = max(1.0, 3 * (time.monotonic() - now))
         await probe.close()
+        if self._served_at > now:
+            return  # the pool connected again by itself while the probe did
         old, self._pool = self._pool, self._new_pool()
         await self._pool.open(wait=False)
         task = asyncio.create_task(old.close(timeout=1))
@@ -103,13 +113,16 @@ class ApiStore:
     def _check_idle(self) -> None:
         """Test every idle pooled connection in the background (one check at a time): dead ones
         are dropped, and the requests meanwhile get fresh connections."""
-        if any(not task.done() for task in self._checking):
-            return
-        task = asyncio.create_task(self._pool.check())
-        self._checking.add(task)
-        task.add_done_callback(self._checking.discard)
+        _in_background(self._checking, self._pool.check)
+
+    def _recover_soon(self) -> None:
+        """``_recover`` in the background (one at a time): its probe may wait a connect timeout
+        on a silent host (2 s at least, psycopg's floor), which no request should wait for."""
+        _in_background(self._recovering, self._recover)
 
     async def close(self) -> None:
+        for task in self._recovering:
+            task.cancel()  # it would open a pool after this one closed
         await self._pool.close()
 
     @asynccontextmanager
@@ -141,7 +154,9 @@ class ApiStore:
                 async with self._connection() as conn:
                     cursor = conn.cursor(row_factory=rows)
                     await cursor.execute(sql, params)
-                    return await cursor.fetchall()
+                    found = await cursor.fetchall()
+                self._served_at = time.monotonic()
+                return found
             except InfrastructureError as exc:
                 cause = exc.__cause__
                 # A statement cancelled by its timeout was rolled back; a broken connection may
@@ -153,7 +168,7 @@ class ApiStore:
                 if isinstance(cause, PoolTimeout):
                     # The pool could not connect within the bound: Postgres is down or the pool
                     # is in its reconnect backoff. Answer now; rebuild the pool if Postgres is back.
-                    await self._recover()
+                    self._recover_soon()
                     raise
                 if attempt == 2 or not isinstance(cause, psycopg.OperationalError) or _timed_out(cause):
                     # A connection that timed out (``tcp_user_timeout``: the path to Postgres went
@@ -403,6 +418,19 @@ class ApiStore:
             raise InfrastructureError("lost the task event connection") from exc
         finally:
             await conn.close()
+
+
+def _in_background(running: set[asyncio.Task[None]], work: Callable[[], Awaitable[None]]) -> None:
+    """Start ``work`` as a task unless the one in ``running`` is still going."""
+    if any(not task.done() for task in running):
+        return
+
+    async def run() -> None:
+        await work()
+
+    task = asyncio.create_task(run())
+    running.add(task)
+    task.add_done_callback(running.discard)
 
 
 def _timed_out(cause: BaseException | None) -> bool:

@@ -8,6 +8,7 @@ psycopg serializes statements on a connection.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -83,8 +84,17 @@ class WorkerStore(RegistryCalls):
                 self._conn = None
 
     def forget_after_fork(self) -> None:
-        """Drop (without closing) a connection inherited from the parent process."""
-        self._conn = None
+        """Drop a connection inherited from the parent process without ending its session.
+
+        The child must not close it (libpq would tell the server goodbye on the parent's
+        behalf), and psycopg never finishes a connection made in another process; but the
+        child's copy of the socket must go: once the parent replaces the connection (a
+        failover, a restart), a copy kept open by every child holds the dead server's socket
+        in CLOSE_WAIT for the child's whole life."""
+        inherited, self._conn = self._conn, None
+        if inherited is not None and not inherited.closed:
+            with suppress(psycopg.Error, OSError):
+                os.close(inherited.pgconn.socket)
         self._lock = threading.RLock()
 
     def _connect(self) -> psycopg.Connection[Mapping[str, object]]:

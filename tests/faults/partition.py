@@ -233,17 +233,6 @@ class NetStack(FaultStack):
         self.wait_worker_ready()
         self.wait_sweeps(after=self.db_now())
 
-    def pids_on(self, label: str) -> set[int]:
-        """The pids of a worker's process group (its main process and pool children)."""
-        group = self.procs[label].popen.pid
-        found = set()
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-                if int(fields[2]) == group:
-                    found.add(int(stat.parent.name))
-        return found
-
 
 def wait_seconds(seconds: float) -> None:
     """A deliberate wait: the fault itself lasts this long."""

@@ -21,12 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 from tests import support
 from tests.faults.blips import ACCEPT, runs
-from tests.faults.netns import Network
-from tests.faults.partition import NetStack
-from tests.faults.stack import FaultClient, Load, wait_all_terminal
+from tests.faults.stack import FaultClient, FaultStack, Load, wait_all_terminal
 
 LEASE_S = 3.0  # FAST_RECOVERY: lease 3 s + grace 1 s
 LEASE_GRACE_S = 1.0
@@ -87,7 +86,7 @@ def beat_spans(run_dir: Path, task_id: str) -> list[tuple[int, float, float]]:
     return sorted(spans, key=lambda span: span[1])
 
 
-def overlapped(stack: NetStack, task_id: str, beating: bool) -> float | None:
+def overlapped(stack: FaultStack, task_id: str, beating: bool) -> float | None:
     """When the earlier of two runs of the task's body that were at once under way last did
     work (None if no two were): for a beating body, a run's first beat before the previous
     run's last; otherwise a run that started before the previous one ended (or left)."""
@@ -123,7 +122,7 @@ def _answer(client: FaultClient, task_id: str) -> bool:
     return client.request("update", "tasks/update", params, name=task_id).ok
 
 
-def holders(stack: NetStack, task_ids: list[str]) -> dict[str, str]:
+def holders(stack: FaultStack, task_ids: list[str]) -> dict[str, str]:
     """Which worker (label) runs each task now, by the pid in the row's worker identity."""
     pids = {label: stack.pids_on(label) for label in ("worker", "worker2")}
     found = {}
@@ -134,9 +133,15 @@ def holders(stack: NetStack, task_ids: list[str]) -> dict[str, str]:
     return found
 
 
+class Healer(Protocol):
+    """What ends a scenario's fault: a ``Network``'s heal, or a failover's promotion."""
+
+    def heal(self) -> None: ...
+
+
 def run_scenario(
-    stack: NetStack,
-    net: Network,
+    stack: FaultStack,
+    net: Healer,
     name: str,
     cut_s: float,
     fault: Callable[[str], None],
@@ -200,7 +205,10 @@ def run_scenario(
     result.recovery_s = time.monotonic() - healed
     result.tasks = len(received)
     for task_id in received:
-        row = rows[task_id]
+        row = rows.get(task_id)
+        if row is None:  # a commit the client was answered for is gone (a failover lost it)
+            result.lost.append(f"{task_id[:8]} has no row")
+            continue
         if row["status"] != "completed" or (row["result"] or {}).get("isError"):
             result.lost.append(
                 f"{task_id[:8]} {row['tool_name']} {row['status']} {row['result'] or row['error']}"

@@ -352,6 +352,17 @@ class FaultStack:
         proc = self.procs.get(label)
         return proc.log.read_text(errors="replace")[-chars:] if proc else ""
 
+    def pids_on(self, label: str) -> set[int]:
+        """The pids of a worker's process group (its main process and pool children)."""
+        group = self.procs[label].popen.pid
+        found = set()
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == group:
+                    found.add(int(stat.parent.name))
+        return found
+
     # -- readiness --
 
     def wait_worker_ready(self, timeout: float = 60) -> None:

@@ -5,7 +5,9 @@ tasks that nobody runs any more."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+import warnings
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -236,3 +238,33 @@ async def test_the_watchdog_recognises_the_exact_identity_a_child_claimed_as(
     seen = worker_store.watch_jobs(jobs, LEASE_S)
     assert seen[f"{record.job_id} {ME}"]["ours"] is True
     assert seen[f"{record.job_id} {other_process}"]["ours"] is False
+
+
+def test_a_child_forked_after_the_parent_connected_lets_go_of_the_parents_socket(
+    worker_store: WorkerStore,
+) -> None:
+    """A pool child that replaces a stopped one inherits the main process's connection. Its copy
+    of the socket must go (without a goodbye to the server, which would end the parent's
+    session): after a failover the parent connects anew, and a copy kept by the child would
+    hold the dead primary's socket in CLOSE_WAIT for the child's whole life."""
+    assert worker_store.job_state("no-such-job") is None  # connects
+    assert worker_store._conn is not None
+    socket_fd = worker_store._conn.pgconn.socket
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork() of a threaded process
+        pid = os.fork()
+    if pid == 0:  # the child: only os._exit from here on
+        code = 3
+        try:
+            worker_store.forget_after_fork()
+            try:
+                os.fstat(socket_fd)
+                code = 1  # still open in the child
+            except OSError:
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child kept the parent's socket open"
+    assert worker_store.job_state("no-such-job") is None  # the parent's session goes on
+    assert worker_store._conn.pgconn.socket == socket_fd  # on the same connection

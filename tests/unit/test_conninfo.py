@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
+from sqlalchemy.engine import make_url
 
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store._conninfo import connect_kwargs
@@ -70,3 +72,21 @@ def test_every_connection_bounds_a_silent_network_cut_on_the_client_side() -> No
         defaults["keepalives_count"],
     )
     assert idle + interval * count <= 15 and 0 < defaults["tcp_user_timeout"] <= 15_000
+
+
+def test_migrations_accept_a_multi_host_dsn_with_its_session_attributes() -> None:
+    # A primary and its standby: libpq picks the writable one; SQLAlchemy's URL parser would
+    # read "5432,standby:5433" as the port and fail, so the hosts go to its ?host= form.
+    url = "postgresql://app:pw@primary:5432,standby:5433/tasks?target_session_attrs=read-write"
+    migrations = Settings(database_url=url).sqlalchemy_url
+    assert migrations == (
+        "postgresql+psycopg://app:pw@/tasks?host=primary%3A5432&host=standby%3A5433"
+        "&target_session_attrs=read-write"
+    )
+    args = psycopg_dialect().create_connect_args(make_url(migrations))[1]  # type: ignore[no-untyped-call]
+    assert (args["host"], args["port"], args["target_session_attrs"]) == (
+        "primary,standby",
+        "5432,5433",
+        "read-write",
+    )
+    assert Settings(database_url=DIRECT).sqlalchemy_url == "postgresql+psycopg://app@db:5432/tasks"
