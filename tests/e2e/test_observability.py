@@ -206,8 +206,8 @@ def test_a_trace_started_at_tools_call_continues_in_the_worker(
         # A caller's trace context in params._meta is the parent (the conventions: SHOULD); a
         # failing tool's span says so though its JSON-RPC response is a success.
         trace_id, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-        params = {"name": "test_error_handling", "arguments": {}, "_meta": meta(extension=False)}
-        params["_meta"]["traceparent"] = f"00-{trace_id}-{parent}-01"
+        traced = {**meta(extension=False), "traceparent": f"00-{trace_id}-{parent}-01"}
+        params = {"name": "test_error_handling", "arguments": {}, "_meta": traced}
         failing = client.request("tools/call", params, extension=False)
         assert failing.result["isError"] is True
         wait_until(
