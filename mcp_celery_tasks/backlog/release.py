@@ -51,6 +51,10 @@ def release_and_publish(
     a duplicate is a no-op at the claim)."""
     published = 0
     waiting = False
+    if queues is None:
+        # Retries whose time came join the backlog first (``store.retry_queries``): every API
+        # process scans at least once a second, the sweeper every ``sweep_interval_seconds``.
+        store.release_due_retries()
     scanned = store.backlog_queues() if queues is None else sorted(queues)
     if backlogged is not None and queues is None:
         backlogged.clear()

@@ -22,6 +22,7 @@ from mcp_celery_tasks.errors import InvalidParams
 from mcp_celery_tasks.json_types import JSONObject, as_object
 from mcp_celery_tasks.tools.context import TaskContext
 from mcp_celery_tasks.tools.inputs import Elicit
+from mcp_celery_tasks.tools.retries import Backoff, RetryPolicy, retry_policy
 
 __all__ = [
     "AskFirst",
@@ -73,6 +74,8 @@ class ToolSpec:
     suspend_after: float | Literal["settings"] | None = "settings"
     """Seconds of waiting for input before the job gives its slot back; None: stay resident;
     ``"settings"``: ``Settings.suspend_after_seconds``."""
+    retry: RetryPolicy | None = None
+    """Which errors of the body end the attempt and run it again after a backoff (``retry_on``)."""
 
     def validate_arguments(self, arguments: Mapping[str, object]) -> JSONObject:
         """Validate against the input schema; return the JSON-ready arguments to store.
@@ -178,6 +181,8 @@ def tool(
     gpu_memory_limit_mb: int | None = None,
     suspend_after: float | Literal["settings"] | None = "settings",
     schema_extra: Mapping[str, object] | None = None,
+    retry_on: type[Exception] | tuple[type[Exception], ...] = (),
+    backoff: Backoff | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -200,6 +205,8 @@ def tool(
     gpu_memory_limit_mb: int | None = None,
     suspend_after: float | Literal["settings"] | None = "settings",
     schema_extra: Mapping[str, object] | None = None,
+    retry_on: type[Exception] | tuple[type[Exception], ...] = (),
+    backoff: Backoff | None = None,
 ) -> F | Callable[[F], F]:
     """Register a function as an MCP tool that runs as a Celery job.
 
@@ -222,7 +229,10 @@ def tool(
     adds JSON Schema keywords to the advertised input schema (``$schema``, ``$defs``, ``allOf``,
     ``if``/``then``/``else``, or a property's ``x-mcp-header``: each of its ``properties``
     replaces the generated one); the signature still validates the arguments, so keep the two
-    consistent.
+    consistent. ``retry_on`` (exception types) makes a matching error of the body end the
+    attempt and schedule the next after ``backoff`` (``exponential(…)`` or ``fixed(…)``; default
+    ``exponential(1, 300)``), up to ``max_attempts`` runs; the job waits in the backlog, not in a
+    worker. Any other exception ends the call at once, as without a policy.
     """
 
     def register(target: F) -> F:
@@ -230,6 +240,7 @@ def tool(
         tool_name = name or func.__name__
         if tool_name in _REGISTRY and _REGISTRY[tool_name].fn is not func:
             raise ValueError(f"a tool named {tool_name!r} is already registered")
+        retry = retry_policy(tool_name, retry_on, backoff, max_attempts)
         model, context_param = _build(func, tool_name)
         schema = model.model_json_schema(by_alias=True)
         schema.pop("title", None)
@@ -266,6 +277,7 @@ def tool(
             memory_limit_mb=memory_limit_mb,
             gpu_memory_limit_mb=gpu_memory_limit_mb,
             suspend_after=_checked_suspend_after(suspend_after),
+            retry=retry,
         )
         return target
 
