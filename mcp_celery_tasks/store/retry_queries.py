@@ -36,18 +36,29 @@ RETURNING task_id
 """
 
 # Due retries join the backlog (``retry_at`` cleared: the backlog index now holds them); their
-# status message stops counting down. Bounded, and skips rows another pass holds.
+# status message stops counting down. Bounded, and skips rows another pass holds. The last row
+# says in how many seconds the next retry falls due (NULL: none waits), so a publisher can wake
+# then instead of at its next scan; the statement's snapshot does not see the rows it promoted.
 RELEASE_DUE: Final[LiteralString] = f"""
-UPDATE mcp_tasks
-SET retry_at = NULL,
-    status_message = regexp_replace(status_message, '^retrying in [^(]*[(]', 'retrying now (')
-WHERE task_id IN (
-    SELECT task_id FROM mcp_tasks
-    WHERE retry_at IS NOT NULL AND dispatched_at IS NULL AND status IN {_ACTIVE}
-      AND retry_at <= now()
-    ORDER BY retry_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-) AND retry_at IS NOT NULL AND dispatched_at IS NULL AND status IN {_ACTIVE}
-RETURNING queue
+WITH due AS (
+    UPDATE mcp_tasks
+    SET retry_at = NULL,
+        status_message = regexp_replace(status_message, '^retrying in [^(]*[(]', 'retrying now (')
+    WHERE task_id IN (
+        SELECT task_id FROM mcp_tasks
+        WHERE retry_at IS NOT NULL AND dispatched_at IS NULL AND status IN {_ACTIVE}
+          AND retry_at <= now()
+        ORDER BY retry_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AND retry_at IS NOT NULL AND dispatched_at IS NULL AND status IN {_ACTIVE}
+    RETURNING queue
+)
+SELECT queue, NULL::float AS next_s FROM due
+UNION ALL
+SELECT NULL, (
+    SELECT EXTRACT(EPOCH FROM (retry_at - now()))::float FROM mcp_tasks
+    WHERE retry_at IS NOT NULL AND dispatched_at IS NULL AND status IN {_ACTIVE} AND retry_at > now()
+    ORDER BY retry_at LIMIT 1
+)
 """

@@ -517,9 +517,13 @@ class WorkerStore(RegistryCalls):
                   "kind": kind, "detail": detail}  # fmt: skip
         return bool(self._fetch(retry_queries.SCHEDULE_RETRY, params))
 
-    def release_due_retries(self, limit: int = 1000) -> set[str]:
-        """Due retries join the backlog; returns their queues."""
-        return {str(row["queue"]) for row in self._fetch(retry_queries.RELEASE_DUE, {"limit": limit})}
+    def release_due_retries(self, limit: int = 1000) -> tuple[set[str], float | None]:
+        """Due retries join the backlog; returns their queues, and in how many seconds the next
+        waiting retry falls due (None: no retry waits)."""
+        rows = self._fetch(retry_queries.RELEASE_DUE, {"limit": limit})
+        queues = {str(row["queue"]) for row in rows if row["queue"] is not None}
+        after = [float(str(row["next_s"])) for row in rows if row["next_s"] is not None]
+        return queues, min(after, default=None)
 
     def undispatch(self, job_ids: Sequence[str]) -> int:
         """Put released jobs that could not be published back into the backlog."""
