@@ -161,6 +161,7 @@ class JobRunner:
                 if outcome.status == retries.BACKOFF:
                     if retries.schedule(self._store, self._settings, job, me, runtime, outcome):
                         self._observer.on_ran(job, elapsed)
+                        self._observer.on_retry_scheduled(job, outcome.kind or "", outcome.retry_in_s or 0.0)
                         return JobOutcome(retries.BACKOFF)  # the release publishes it when due
                     # Not ours to put back (cancelled meanwhile): record the end, fenced as ever.
                     outcome = Outcome(

@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests import support
 from tests.support import LOG_DIR, Client, Stack, wait_until
@@ -78,6 +80,16 @@ def demand(stack: Stack) -> dict[str, Any]:
     return {"backlog": row[0], "demand_slots": row[1]} if row else {"backlog": 0, "demand_slots": 0}
 
 
+def retried(stack: Stack, tool: str, kind: str) -> float:
+    """``mcp_jobs_retried_total`` of one tool and kind, as the worker's metrics endpoint says."""
+    url = f"http://127.0.0.1:{stack.env['MCP_TASKS_WORKER_METRICS_PORT']}/metrics"
+    for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
+        for sample in family.samples:
+            if sample.name == "mcp_jobs_retried_total" and sample.labels == {"tool": tool, "kind": kind}:
+                return float(sample.value)
+    return 0.0
+
+
 def result_text(task: dict[str, Any]) -> str:
     return str(task["result"]["content"][0]["text"])
 
@@ -104,6 +116,7 @@ def test_a_flaky_tool_fails_twice_then_succeeds_on_its_third_attempt_with_backof
     row = retry_stack.row(task_id)
     assert row["attempts"] == 3 and row["redeliveries"] == 0 and row["retry_at"] is None
     assert row["error_kind"] is None  # the success cleared the last error
+    assert retried(retry_stack, "r_flaky", "retryable_error") == 2
 
 
 @pytest.mark.timeout(30)
