@@ -8,9 +8,13 @@ worker is tests/e2e/test_retries.py).
 
 from __future__ import annotations
 
+import json
+from typing import LiteralString
+
 import pytest
 
-from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore
+from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore, retry_queries
+from mcp_celery_tasks.store import backlog as backlog_sql
 from tests.integration.conftest import Db
 from tests.integration.test_fair_dispatch import ALICE, BOB, QUEUE, api, backlog, fair_settings, store
 from tests.integration.test_maintenance import LEASE_S, move
@@ -115,3 +119,24 @@ async def test_cancel_of_a_waiting_retry_ends_it_at_once_and_it_never_comes_due(
 def test_the_retry_indexes_exist_with_their_predicates(db: Db, index: str) -> None:
     found = db.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (index,)).fetchone()
     assert found is not None and "retry_at IS" in found["indexdef"]
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "index"),
+    [
+        (backlog_sql.BACKLOG_QUEUES, {}, "ix_mcp_tasks_backlog"),
+        (backlog_sql.RELEASE, {"queue": QUEUE, "ahead": 4, "max_waiting": 0}, "ix_mcp_tasks_backlog"),
+        (retry_queries.RELEASE_DUE, {"limit": 100}, "ix_mcp_tasks_retry_wait"),
+    ],
+)
+def test_the_release_statements_read_through_their_partial_indexes(
+    db: Db, sql: LiteralString, params: dict[str, object], index: str
+) -> None:
+    # Without row counts the planner would scan a tiny table; forbidding that shows whether the
+    # statement's predicates match the partial index at all (a missing ``retry_at IS NULL`` does not).
+    db.execute("SET enable_seqscan = off")
+    try:
+        plan = db.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchone()
+    finally:
+        db.execute("RESET enable_seqscan")
+    assert plan is not None and index in json.dumps(plan)
