@@ -187,7 +187,7 @@ _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u202a-\
 def reason_text(text: str) -> str:
     """A reason fit for a status message: control and bidi characters become spaces, runs of
     whitespace one space, at most ``MAX_REASON_CHARS`` characters."""
-    flat = " ".join(_UNPRINTABLE.sub(" ", text).split())
+    flat = " ".join(_UNPRINTABLE.sub(" ", text[: MAX_REASON_CHARS * 4]).split())
     if len(flat) > MAX_REASON_CHARS:
         flat = flat[: MAX_REASON_CHARS - 1] + "…"
     return flat

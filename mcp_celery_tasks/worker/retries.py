@@ -41,7 +41,8 @@ class _Flushes(Protocol):
 def after_error(spec: ToolSpec, job: ClaimedTask, exc: Exception, settings: Settings) -> Outcome:
     """A ``retry_on`` error of attempt ``job.attempts``: the backoff policy's delay."""
     assert spec.retry is not None
-    reason = reason_text(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    said = _said(exc)
+    reason = reason_text(f"{type(exc).__name__}: {said}" if said else type(exc).__name__)
     delay = spec.retry.backoff.delay(job.attempts)
     last = f"The tool {spec.name!r} failed {_times(job.max_attempts)}; the last error: {reason}"
     return _outcome(job, delay, reason, last, "retryable_error", settings)
@@ -55,6 +56,14 @@ def after_request(spec: ToolSpec, job: ClaimedTask, request: RetryLater, setting
         f"({_times(job.max_attempts)}): {reason}"
     )
     return _outcome(job, request.seconds, reason, last, "retry_later", settings)
+
+
+def _said(exc: Exception) -> str:
+    """The exception's text; tool code is not ours, so a ``__str__`` that raises says nothing."""
+    try:
+        return str(exc)
+    except Exception:
+        return ""
 
 
 def _times(attempts: int) -> str:

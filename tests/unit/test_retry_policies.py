@@ -166,6 +166,16 @@ def asks_later(ctx: TaskContext, seconds: float) -> str:
     return f"ran on attempt {ctx.attempt}"
 
 
+class Unprintable(TimeoutError):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+@tool(name="test_policy__unprintable", retry_on=TimeoutError, max_attempts=2, backoff=fixed(1))
+def unprintable(ctx: TaskContext) -> None:
+    raise Unprintable()
+
+
 def runner(store: MemoryStore, **settings: Any) -> JobRunner:
     made = JobRunner(store, Settings(report_min_interval_seconds=60.0, **settings), lambda: MemoryInbox())
     made.RECORD_BACKOFF = Pauses(0.001, 0.001)
@@ -229,3 +239,10 @@ def test_retry_later_with_attempts_left_waits_and_on_the_last_ends_naming_the_re
         "The tool 'test_policy__asks_later' asked to retry later after its last attempt (once): "
         "429 Too Many Requests"
     )
+
+
+def test_an_exception_whose_text_raises_is_still_retried_under_its_type_name() -> None:
+    store = MemoryStore()
+    row = store.add("test_policy__unprintable", max_attempts=2)
+    assert runner(store).run(row.job_id).status == "backoff"
+    assert row.status_message == "retrying in 1 s (attempt 2/2): Unprintable"
