@@ -227,17 +227,24 @@ def test_a_cancel_that_came_first_wins_over_the_retry() -> None:
     assert row.status == "cancelled" and row.retry_at is None
 
 
-def test_retry_later_with_attempts_left_waits_and_on_the_last_ends_naming_the_reason() -> None:
+def test_retry_later_with_attempts_left_waits_for_its_time_then_runs_the_next_attempt() -> None:
     store = MemoryStore()
     row = store.add("test_policy__asks_later", {"seconds": 0.25}, max_attempts=2)
     assert runner(store).run(row.job_id).status == "backoff"
     assert row.status_message == "retrying in 0.25 s (attempt 2/2): 429 Too Many Requests"
-    # The testing kit runs one attempt: asking to retry then is the last word.
-    ran = run_tool(asks_later, {"seconds": 0.25})
+    assert runner(store).run(row.job_id).status == "skipped"  # not before its time
+    row.retry_at = None
+    assert runner(store).run(row.job_id).status == "completed"
+    assert row.result is not None
+    assert as_object(as_array(row.result["content"])[0])["text"] == "ran on attempt 2"
+
+
+def test_the_testing_kit_runs_retries_at_once_and_the_last_ends_naming_the_error() -> None:
+    assert run_tool(asks_later, {"seconds": 30}).text == "ran on attempt 2"
+    ran = run_tool(times_out)
     assert ran.is_error
     assert ran.text == (
-        "The tool 'test_policy__asks_later' asked to retry later after its last attempt (once): "
-        "429 Too Many Requests"
+        "The tool 'test_policy__times_out' failed 3 times; the last error: TimeoutError: registry slow"
     )
 
 
@@ -246,3 +253,15 @@ def test_an_exception_whose_text_raises_is_still_retried_under_its_type_name() -
     row = store.add("test_policy__unprintable", max_attempts=2)
     assert runner(store).run(row.job_id).status == "backoff"
     assert row.status_message == "retrying in 1 s (attempt 2/2): Unprintable"
+
+
+def test_retry_later_on_the_last_attempt_ends_with_a_tool_error_naming_the_reason() -> None:
+    store = MemoryStore()
+    row = store.add("test_policy__asks_later", {"seconds": 5}, max_attempts=1)
+    assert runner(store).run(row.job_id).status == "completed"
+    assert row.result is not None and row.result["isError"] is True
+    assert as_object(as_array(row.result["content"])[0])["text"] == (
+        "The tool 'test_policy__asks_later' asked to retry later after its last attempt (once): "
+        "429 Too Many Requests"
+    )
+    assert row.error_kind == "retry_later_exhausted"
