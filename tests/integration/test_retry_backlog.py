@@ -13,7 +13,9 @@ from typing import LiteralString
 
 import pytest
 
-from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore, retry_queries
+from mcp_celery_tasks.maintenance import gc
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore, queries, retry_queries
 from mcp_celery_tasks.store import backlog as backlog_sql
 from tests.integration.conftest import Db
 from tests.integration.test_fair_dispatch import ALICE, BOB, QUEUE, api, backlog, fair_settings, store
@@ -140,3 +142,32 @@ def test_the_release_statements_read_through_their_partial_indexes(
     finally:
         db.execute("RESET enable_seqscan")
     assert plan is not None and index in json.dumps(plan)
+
+
+async def test_the_sweeper_leaves_a_waiting_retry_alone_through_an_outage_and_publishes_it_when_due(
+    api: ApiStore, store: WorkerStore, db: Db, fair_settings: Settings
+) -> None:
+    published: list[tuple[str, str]] = []
+
+    def sweep() -> int:
+        return gc.sweep(
+            store, lambda job, queue: published.append((job, queue)), fair_settings, queue_depth=lambda _: 100
+        )
+
+    retry = await waiting_retry(api, store)
+    move(db, retry.task_id, "created_at = now() - interval '2 hours'")
+    # The broker has been unreachable for longer than the fail threshold: backlog jobs that old
+    # fail as unqueued, a retry waiting for its time does not.
+    store.broker_down(True)
+    db.execute(
+        "UPDATE mcp_maintenance SET last_run_at = now() - interval '1 hour' WHERE job = %s",
+        (queries.BROKER_DOWN_JOB,),
+    )
+    assert sweep() == 0 and published == []
+    assert raw_row(db, retry.task_id)["status"] == "working"
+    store.broker_down(False)
+
+    move(db, retry.task_id, "retry_at = now()")
+    assert sweep() == 1 and published == [(retry.job_id, QUEUE)]
+    row = raw_row(db, retry.task_id)
+    assert row["retry_at"] is None and row["dispatched_at"] is not None
