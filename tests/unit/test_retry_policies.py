@@ -265,3 +265,16 @@ def test_retry_later_on_the_last_attempt_ends_with_a_tool_error_naming_the_reaso
         "429 Too Many Requests"
     )
     assert row.error_kind == "retry_later_exhausted"
+
+
+@tool(name="test_policy__outage", retry_on=Exception, max_attempts=3, backoff=fixed(60))
+def outage(ctx: TaskContext) -> None:
+    raise InfrastructureError("the task database is unavailable")
+
+
+def test_an_infrastructure_error_is_given_back_uncounted_even_under_a_catch_all_policy() -> None:
+    store = MemoryStore()
+    row = store.add("test_policy__outage", max_attempts=3)
+    outcome = runner(store).run(row.job_id)
+    assert outcome.status == "infrastructure" and outcome.retry_in is not None  # the broker redelivers
+    assert row.attempts == 0 and row.redeliveries == 1 and row.retry_at is None
