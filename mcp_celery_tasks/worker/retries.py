@@ -77,6 +77,9 @@ def _outcome(
     if job.attempts >= job.max_attempts:
         return Outcome(COMPLETED, result=final, kind=f"{kind}_exhausted", detail=last[:MAX_DETAIL_CHARS])
     delay = min(max(delay_s, 0.0), settings.retry_max_delay_seconds)
+    # The task stays ``working`` (no SEP-2663 status means "waiting to retry"); ``statusMessage``
+    # is for any status and "MAY be exposed to the end-user or model" (SPEC-CHECKLIST, Task
+    # fields): hence the reason is flattened and cut (``reason_text``), never a traceback.
     message = f"retrying in {_seconds(delay)} s (attempt {job.attempts + 1}/{job.max_attempts}): {reason}"
     return Outcome(BACKOFF, result=final, message=message, kind=kind, detail=reason, retry_in_s=delay)
 
