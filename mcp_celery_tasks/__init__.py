@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from mcp_celery_tasks.tools.files import FileRoot
     from mcp_celery_tasks.tools.inputs import Elicit
     from mcp_celery_tasks.tools.registry import Mode, tool
+    from mcp_celery_tasks.tools.retries import exponential, fixed
 
 __all__ = [
     "CheckpointTooLarge",
@@ -51,6 +52,8 @@ __all__ = [
     "TaskContext",
     "ToolError",
     "current_context",
+    "exponential",
+    "fixed",
     "get_current_context",
     "tool",
 ]
@@ -75,6 +78,8 @@ _HOMES = {
     "FileRoot": "tools.files",
     "Mode": "tools.registry",
     "tool": "tools.registry",
+    "exponential": "tools.retries",
+    "fixed": "tools.retries",
 }
 
 _moved.install()  # the flat paths of 0.1 still import, with a warning (``_moved``)

@@ -204,6 +204,10 @@ class Settings(BaseSettings):
     """Times a job may be given back by its worker (deploys, restarts, outages) before the task
     fails: a separate cap from ``max_attempts``, so rolling restarts never fail a task waiting for
     a human, yet a job is not passed around forever."""
+    retry_max_delay_seconds: float = Field(default=3600.0, gt=0, le=86_400)
+    """The longest wait before a retry (``@tool(retry_on=…, backoff=…)``: longer delays of a
+    policy are cut to it; ``ctx.retry_later`` asking for more is a tool error). The job waits in
+    the backlog meanwhile, holding no worker slot and no broker message."""
     outage_budget_seconds: float = 120.0
     """A running job rides out a database or broker outage this long (its reports, input waits
     and writes are retried with backoff; tool code never sees the error). Past it the job ends

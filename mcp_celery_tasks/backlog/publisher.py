@@ -9,7 +9,8 @@ its backlog. Celery still routes and runs every job.
 
 A pass runs when a task is created here, when any task changes status (the event hub's NOTIFY:
 a job finished, failed, was cancelled or was answered, so a slot may be free), and on a short
-timer while a backlog waits (a worker starting a queued job sends no NOTIFY). Passes of every
+timer while a backlog waits (a worker starting a queued job sends no NOTIFY), and when the next
+retry waiting for its time falls due (``store.retry_queries``). Passes of every
 API process and of the sweeper are serialized per queue by an advisory lock. A job released but
 not published (broker down, a crash) is put back, or found by the sweeper's lost-message check.
 """
@@ -44,6 +45,8 @@ _COALESCE_S = 0.002
 """After a wake-up, so that a burst of creates or finished jobs makes one pass."""
 _BURST_S = 0.005
 """A wake-up this soon after the last pass is part of a burst (and waits ``_COALESCE_S``)."""
+_RETRY_MIN_TICK_S = 0.005
+"""Waking for a due retry: a little after its time (Postgres's clock decides), never a spin."""
 _MAX_HEADERS = 10_000
 """Trace headers kept for jobs still in the backlog (older ones publish without a trace)."""
 
@@ -78,6 +81,8 @@ class FairPublisher:
         self._window = DispatchWindow(settings)
         self._backlog_gap_s = settings.dispatch_ahead_seconds / 4
         self._pass_started = self._pass_ended = 0.0
+        self._retry_due_at: float | None = None
+        """When (monotonic) the next retry waiting in the backlog falls due, as the last scan saw."""
         self._producer: Any = None
         """The producer of the release being published (fair thread only)."""
         self._thread = threading.Thread(target=self._loop, name="mcp-fair-dispatch", daemon=True)
@@ -174,6 +179,7 @@ class FairPublisher:
                     backlogged=self._backlogged,
                     window=self._window,
                     batch=self._batch,
+                    next_retry=self._heard_next_retry,
                 )
             finally:
                 self._forget_headers(offered - set(headers))
@@ -194,7 +200,17 @@ class FairPublisher:
         if published and self._broker_down is not False:
             self.breaker.success()
             self._mark_broker_up()
-        return _BUSY_TICK_S if waiting else _IDLE_TICK_S
+        return self._until_retry(_BUSY_TICK_S if waiting else _IDLE_TICK_S)
+
+    def _heard_next_retry(self, due_in_s: float | None) -> None:
+        self._retry_due_at = None if due_in_s is None else time.monotonic() + due_in_s
+
+    def _until_retry(self, tick: float) -> float:
+        """``tick``, or less when a retry falls due sooner: the timer's pass is a scan, and the
+        scan releases it (a retry scheduled after the last scan waits for the next one, ≤ 1 s)."""
+        if self._retry_due_at is None:
+            return tick
+        return min(tick, max(_RETRY_MIN_TICK_S, self._retry_due_at - time.monotonic() + _RETRY_MIN_TICK_S))
 
     def _publish(self, job_id: str, queue: str, headers: dict[str, str] | None) -> None:
         channel.publish_job(self._app, job_id, queue, headers, producer=self._producer)

@@ -38,6 +38,7 @@ def release_and_publish(
     backlogged: set[str] | None = None,
     window: DispatchWindow | None = None,
     batch: Batch = nullcontext,
+    next_retry: Callable[[float | None], None] | None = None,
 ) -> tuple[int, bool]:
     """One fair pass over ``queues`` (those jobs were just created in or that had a backlog;
     default: every queue with a backlog): release, publish, put back what failed.
@@ -48,9 +49,17 @@ def release_and_publish(
     queue's room in the broker (default: ``dispatch_ahead``) and hears what was published.
     ``batch`` groups one queue's publishes (the API: one Redis pipeline per release); when it
     fails, every job of that release goes back to the backlog (some may have reached the broker:
-    a duplicate is a no-op at the claim)."""
+    a duplicate is a no-op at the claim). ``next_retry`` hears, on a pass over every queue, in
+    how many seconds the next waiting retry falls due (None: none waits)."""
     published = 0
     waiting = False
+    if queues is None:
+        # Retries whose time came join the backlog first (``store.retry_queries``): every API
+        # process scans at least once a second (and when ``next_retry`` said the next is due),
+        # the sweeper every ``sweep_interval_seconds``.
+        _, due_in = store.release_due_retries()
+        if next_retry is not None:
+            next_retry(due_in)
     scanned = store.backlog_queues() if queues is None else sorted(queues)
     if backlogged is not None and queues is None:
         backlogged.clear()

@@ -9,10 +9,12 @@ from mcp_celery_tasks.store.queries import ACTIVE_SQL, TERMINAL_SQL
 
 __all__: list[str] = []
 
-# A job still in the fair backlog says so (its place in line: ``tasks show``).
+# A job still in the fair backlog says so (its place in line: ``tasks show``); a retry waiting for
+# its time says when (its own status message).
 ADMIN_LIST: Final[LiteralString] = """
 SELECT o.task_id, o.job_id, o.status, o.tool, o.owner, o.queue,
-       CASE WHEN o.status = 'working' AND t.dispatched_at IS NULL THEN 'queued (fair backlog)'
+       CASE WHEN o.status = 'working' AND t.retry_at IS NOT NULL THEN t.status_message
+            WHEN o.status = 'working' AND t.dispatched_at IS NULL THEN 'queued (fair backlog)'
             ELSE o.status_message END AS status_message,
        o.created_at, o.age, o.runtime, o.attempts, o.outstanding_inputs, o.last_error, o.error_kind,
        o.device

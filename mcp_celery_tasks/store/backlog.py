@@ -11,6 +11,10 @@ blocked on input in the queue are skipped until one is answered.
 Every statement reads through the partial indexes ``ix_mcp_tasks_backlog`` (queue, owner,
 created_at) and ``ix_mcp_tasks_inflight`` (queue, owner): a pass costs the number of principals
 with a backlog plus the jobs in flight, never the size of the backlog.
+
+**Retries** waiting for their time (``retry_at`` set, ``store.retry_queries``) are backlog rows
+left out of the backlog index: every backlog predicate here says ``retry_at IS NULL`` (the
+index's predicate), and the release pass first clears ``retry_at`` of the due ones.
 """
 
 from __future__ import annotations
@@ -47,11 +51,12 @@ LOCK_QUEUE: Final[LiteralString] = "SELECT pg_advisory_xact_lock(hashtext('mcp-d
 # The queues with a backlog: a skip scan of the backlog index (one probe per queue).
 BACKLOG_QUEUES: Final[LiteralString] = f"""
 WITH RECURSIVE q AS (
-    (SELECT queue FROM mcp_tasks WHERE dispatched_at IS NULL AND status IN {_ACTIVE}
+    (SELECT queue FROM mcp_tasks WHERE dispatched_at IS NULL AND retry_at IS NULL AND status IN {_ACTIVE}
      ORDER BY queue LIMIT 1)
     UNION ALL
     SELECT (SELECT t.queue FROM mcp_tasks t
-            WHERE t.dispatched_at IS NULL AND t.status IN {_ACTIVE} AND t.queue > q.queue
+            WHERE t.dispatched_at IS NULL AND t.retry_at IS NULL AND t.status IN {_ACTIVE}
+              AND t.queue > q.queue
             ORDER BY t.queue LIMIT 1)
     FROM q WHERE q.queue IS NOT NULL
 )
@@ -66,12 +71,12 @@ SELECT queue FROM q WHERE queue IS NOT NULL LIMIT 1000
 RELEASE: Final[LiteralString] = f"""
 WITH RECURSIVE owners AS (
     (SELECT owner FROM mcp_tasks
-     WHERE queue = %(queue)s AND dispatched_at IS NULL AND status IN {_ACTIVE}
+     WHERE queue = %(queue)s AND dispatched_at IS NULL AND retry_at IS NULL AND status IN {_ACTIVE}
      ORDER BY owner LIMIT 1)
     UNION ALL
     SELECT (SELECT t.owner FROM mcp_tasks t
-            WHERE t.queue = %(queue)s AND t.dispatched_at IS NULL AND t.status IN {_ACTIVE}
-              AND t.owner > o.owner
+            WHERE t.queue = %(queue)s AND t.dispatched_at IS NULL AND t.retry_at IS NULL
+              AND t.status IN {_ACTIVE} AND t.owner > o.owner
             ORDER BY t.owner LIMIT 1)
     FROM owners o WHERE o.owner IS NOT NULL
 ), inflight AS (
@@ -98,7 +103,7 @@ WITH RECURSIVE owners AS (
         FROM (
             SELECT t.task_id, t.created_at FROM mcp_tasks t
             WHERE t.queue = %(queue)s AND t.owner = e.owner
-              AND t.dispatched_at IS NULL AND t.status IN {_ACTIVE}
+              AND t.dispatched_at IS NULL AND t.retry_at IS NULL AND t.status IN {_ACTIVE}
             ORDER BY t.created_at, t.task_id
             LIMIT free.n
         ) b
@@ -143,22 +148,22 @@ GROUP BY queue
 QUEUE_POSITION: Final[LiteralString] = f"""
 WITH RECURSIVE me AS (
     SELECT task_id, queue, owner, created_at FROM mcp_tasks
-    WHERE task_id = %(task_id)s AND dispatched_at IS NULL AND status IN {_ACTIVE}
+    WHERE task_id = %(task_id)s AND dispatched_at IS NULL AND retry_at IS NULL AND status IN {_ACTIVE}
 ), mine AS (
     SELECT count(*)::int AS n FROM (
         SELECT 1 FROM mcp_tasks t, me
-        WHERE t.queue = me.queue AND t.owner = me.owner AND t.dispatched_at IS NULL
+        WHERE t.queue = me.queue AND t.owner = me.owner AND t.dispatched_at IS NULL AND t.retry_at IS NULL
           AND t.status IN {_ACTIVE} AND (t.created_at, t.task_id) < (me.created_at, me.task_id)
         LIMIT %(cap)s
     ) x
 ), owners AS (
     (SELECT t.owner FROM mcp_tasks t, me
-     WHERE t.queue = me.queue AND t.dispatched_at IS NULL AND t.status IN {_ACTIVE}
+     WHERE t.queue = me.queue AND t.dispatched_at IS NULL AND t.retry_at IS NULL AND t.status IN {_ACTIVE}
      ORDER BY t.owner LIMIT 1)
     UNION ALL
     SELECT (SELECT t.owner FROM mcp_tasks t, me
-            WHERE t.queue = me.queue AND t.dispatched_at IS NULL AND t.status IN {_ACTIVE}
-              AND t.owner > o.owner
+            WHERE t.queue = me.queue AND t.dispatched_at IS NULL AND t.retry_at IS NULL
+              AND t.status IN {_ACTIVE} AND t.owner > o.owner
             ORDER BY t.owner LIMIT 1)
     FROM owners o WHERE o.owner IS NOT NULL
 ), others AS (
@@ -168,7 +173,7 @@ WITH RECURSIVE me AS (
     CROSS JOIN LATERAL (
         SELECT count(*) AS n FROM (
             SELECT 1 FROM mcp_tasks t
-            WHERE t.queue = me.queue AND t.owner = o.owner AND t.dispatched_at IS NULL
+            WHERE t.queue = me.queue AND t.owner = o.owner AND t.dispatched_at IS NULL AND t.retry_at IS NULL
               AND t.status IN {_ACTIVE}
             LIMIT mine.n + 1
         ) y

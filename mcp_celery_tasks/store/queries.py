@@ -136,8 +136,10 @@ WITH prev AS (
     UPDATE mcp_tasks t
     SET status = '{CANCELLED}', cancel_requested_at = now(), last_updated_at = now(),
         expires_at = {_EXPIRES}, status_message = %(message)s,
-        -- A suspended task has no process to stop: it stopped the moment it was cancelled.
-        finished_at = CASE WHEN t.suspended_at IS NOT NULL AND t.worker IS NULL THEN now()
+        -- A suspended task, or a retry waiting for its time, has no process to stop: it stopped
+        -- the moment it was cancelled.
+        finished_at = CASE WHEN (t.suspended_at IS NOT NULL OR t.retry_at IS NOT NULL) AND t.worker IS NULL
+                           THEN now()
                            ELSE t.finished_at END
     FROM prev
     WHERE t.task_id = prev.task_id AND t.{TO_CANCELLED}
@@ -180,6 +182,8 @@ SET worker = %(worker)s, lease_until = now() + %(lease_s)s * interval '1 second'
 WHERE job_id = %(job_id)s AND status IN {ACTIVE_SQL} AND cancel_requested_at IS NULL
   -- A suspended job runs again only once its answers are in (they clear suspended_at).
   AND suspended_at IS NULL
+  -- A retry runs no sooner than its time (a stale message of the last attempt must not start it).
+  AND retry_at IS NULL
   -- Free (never claimed, or given back: worker NULL), lapsed, or ours already.
   AND (lease_until IS NULL OR worker IS NULL OR {_LEASE_LAPSED} OR worker = %(worker)s)
   AND attempts < max_attempts AND redeliveries < %(max_redeliveries)s
@@ -363,7 +367,7 @@ RETURNING task_id
 SUSPEND_NOW: Final[LiteralString] = f"""
 SELECT EXISTS (
     SELECT 1 FROM mcp_tasks b
-    WHERE b.queue = t.queue AND b.dispatched_at IS NULL AND b.status IN {ACTIVE_SQL}
+    WHERE b.queue = t.queue AND b.dispatched_at IS NULL AND b.retry_at IS NULL AND b.status IN {ACTIVE_SQL}
       AND b.created_at < now() - %(grace_s)s * interval '1 second'
 ) OR EXISTS (
     SELECT 1 FROM mcp_tasks q
@@ -432,7 +436,7 @@ DELETE FROM mcp_tasks WHERE task_id IN (
 
 UNDISPATCHED: Final[LiteralString] = f"""
 SELECT job_id, queue FROM mcp_tasks
-WHERE dispatched_at IS NULL AND status IN {ACTIVE_SQL}
+WHERE dispatched_at IS NULL AND retry_at IS NULL AND status IN {ACTIVE_SQL}
   AND created_at < now() - %(older_than_s)s * interval '1 second'
 ORDER BY created_at
 LIMIT %(limit)s
@@ -580,7 +584,8 @@ WITH upd AS (
     SET status = '{FAILED}', error = %(error)s, status_message = %(message)s, last_updated_at = now(),
         error_kind = 'not_queued', error_message = %(message)s,
         finished_at = now(), expires_at = {_EXPIRES}
-    WHERE dispatched_at IS NULL AND {TO_FAILED}
+    -- A retry waiting for its time is not a job the broker refused.
+    WHERE dispatched_at IS NULL AND retry_at IS NULL AND {TO_FAILED}
       AND created_at < now() - %(older_than_s)s * interval '1 second'
     RETURNING task_id
 )

@@ -60,8 +60,9 @@ STATUS_CHECK = lifecycle.CHECK
 
 VIEWS = ("mcp_tasks_overview", "mcp_queue_demand", "mcp_workers_overview")
 """The views the migrations create (``alembic check`` does not see views, so they are named here):
-the tasks overview (0001, last changed in 0015: ``device``), the demand per queue (0013) and the
-live workers with the jobs on them (0015). Each is granted in ``roles.GRANTS``."""
+the tasks overview (0001, last changed in 0015: ``device``), the demand per queue (0013, last
+changed in 0019: a retry waiting for its time is not demand) and the live workers with the jobs on
+them (0015). Each is granted in ``roles.GRANTS``."""
 
 tasks = Table(
     "mcp_tasks",
@@ -108,10 +109,12 @@ tasks = Table(
     Column("resumed_at", DateTime(timezone=True), nullable=True),
     Column("suspensions", Integer, nullable=False, server_default=text("0")),
     Column("device", Text, nullable=True),
-    # Migration 0023: the row backs a synchronous call (``ctx.is_task`` is False).
+    # Migration 0018: the row backs a synchronous call (``ctx.is_task`` is False).
     Column("synchronous", Boolean, nullable=False, server_default=text("false")),
     Column("idempotency_key", Text, nullable=True),
     Column("request_digest", Text, nullable=True),
+    # A retry's "not before" (``store.retry_queries``): set, the job waits outside the backlog.
+    Column("retry_at", DateTime(timezone=True), nullable=True),
     CheckConstraint(STATUS_CHECK, name="status"),
     Index("ix_mcp_tasks_expires_at", "expires_at"),
     Index("ix_mcp_tasks_owner_created_at", "owner", "created_at"),
@@ -129,7 +132,19 @@ tasks = Table(
         "owner",
         "created_at",
         "task_id",
-        postgresql_where=text(f"dispatched_at IS NULL AND status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"),
+        postgresql_where=text(
+            f"dispatched_at IS NULL AND retry_at IS NULL AND status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"
+        ),
+    ),
+    # Retries waiting for their time, soonest first: the release pass moves the due ones into
+    # the backlog (``retry_at`` cleared), so the backlog index never holds a job not yet due.
+    Index(
+        "ix_mcp_tasks_retry_wait",
+        "retry_at",
+        postgresql_where=text(
+            "retry_at IS NOT NULL AND dispatched_at IS NULL"
+            f" AND status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"
+        ),
     ),
     Index(
         "ix_mcp_tasks_inflight",

@@ -23,7 +23,15 @@ from mcp_celery_tasks.errors import InfrastructureError, TaskError, TooManyWaiti
 from mcp_celery_tasks.json_types import JSONObject, JSONValue
 from mcp_celery_tasks.lifecycle import ACTIVE
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import _rows, admin_queries, backlog, queries, session_queries, step_queries
+from mcp_celery_tasks.store import (
+    _rows,
+    admin_queries,
+    backlog,
+    queries,
+    retry_queries,
+    session_queries,
+    step_queries,
+)
 from mcp_celery_tasks.store._conninfo import connect_kwargs
 from mcp_celery_tasks.store.fleet import RegistryCalls
 from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputItem, InputRecord
@@ -509,6 +517,23 @@ class WorkerStore(RegistryCalls):
         # A release of none is one row of nulls (and the room).
         jobs = [(row["job_id"], row["queue"]) for row in rows]
         return [(job, queue) for job, queue in jobs if job is not None and queue is not None], room
+
+    def schedule_retry(
+        self, task_id: str, worker: str, delay_s: float, message: str, kind: str, detail: str
+    ) -> bool:
+        """Put the job back in the backlog to run again after ``delay_s`` (``retry_queries``);
+        False if not ours any more, cancelled, or out of attempts."""
+        params = {"task_id": task_id, "worker": worker, "delay_s": delay_s, "message": message,
+                  "kind": kind, "detail": detail}  # fmt: skip
+        return bool(self._fetch(retry_queries.SCHEDULE_RETRY, params))
+
+    def release_due_retries(self, limit: int = 1000) -> tuple[set[str], float | None]:
+        """Due retries join the backlog; returns their queues, and in how many seconds the next
+        waiting retry falls due (None: no retry waits)."""
+        rows = self._fetch(retry_queries.RELEASE_DUE, {"limit": limit})
+        queues = {str(row["queue"]) for row in rows if row["queue"] is not None}
+        after = [float(str(row["next_s"])) for row in rows if row["next_s"] is not None]
+        return queues, min(after, default=None)
 
     def undispatch(self, job_ids: Sequence[str]) -> int:
         """Put released jobs that could not be published back into the backlog."""

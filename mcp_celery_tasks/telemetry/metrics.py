@@ -71,6 +71,11 @@ input_wait_seconds = Histogram(
 jobs_suspended = Counter(
     "mcp_jobs_suspended", "Jobs that gave their worker slot back while waiting for input", ["tool"]
 )
+jobs_retried = Counter(
+    "mcp_jobs_retried",
+    "Attempts that ended in a scheduled retry (kind: retryable_error, retry_later)",
+    ["tool", "kind"],
+)
 tasks_resumed = Counter(
     "mcp_tasks_resumed", "Suspended tasks whose answers put them back in the backlog", ["tool"]
 )

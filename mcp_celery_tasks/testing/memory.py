@@ -67,6 +67,8 @@ class Row:
     """When the job gave its slot back waiting for input (None: resident, or not waiting)."""
     resumed_at: float | None = None
     suspensions: int = 0
+    retry_at: float | None = None
+    """A scheduled retry's time (``schedule_retry``); the claim refuses the job until it passes."""
     logs: list[tuple[str, str | None, JSONValue]] = field(default_factory=list)
     log_level: str | None = None
     synchronous: bool = False
@@ -150,6 +152,8 @@ class MemoryStore(MemorySteps):
         row = self.by_job(job_id)
         now = self._clock()
         if row is None or row.status not in ACTIVE or row.cancel_requested or row.suspended_at is not None:
+            return None
+        if row.retry_at is not None and row.retry_at > now:
             return None
         taken = row.worker is not None and row.lease_until is not None and row.lease_until >= now
         if taken and row.worker != worker:
@@ -311,6 +315,18 @@ class MemoryStore(MemorySteps):
         row.worker, row.lease_until, row.inbox = None, None, None
         row.suspended_at, row.suspensions = self._clock(), row.suspensions + 1
         row.attempts = max(row.attempts - 1, 0)
+        return True
+
+    def schedule_retry(
+        self, task_id: str, worker: str, delay_s: float, message: str, kind: str, detail: str
+    ) -> bool:
+        self._call("schedule_retry")
+        row = self._mine(task_id, worker)
+        if row is None or row.status != "working" or row.cancel_requested or row.attempts >= row.max_attempts:
+            return False
+        row.worker, row.lease_until, row.inbox = None, None, None
+        row.retry_at, row.status_message = self._clock() + delay_s, message
+        row.error_kind, row.error_message = kind, detail
         return True
 
     def input_state(

@@ -165,6 +165,9 @@ def run_tool(
             written and every cancel check reading the row, so a run is deterministic; a
             ``ctx.sleep`` then really sleeps, checking for a cancel all the while).
 
+    A retry (``@tool(retry_on=…)``, ``ctx.retry_later``) runs the tool again at once, without
+    waiting out its delay, up to the tool's ``max_attempts`` (``ctx.attempt`` counts them).
+
     Returns:
         A ``ToolRun``: the stored outcome and everything the tool reported, logged and asked.
     """
@@ -190,7 +193,7 @@ def run_tool(
         client_capabilities=declared,
         preflight=dict(preflight) or None,
         log_level="debug",
-        max_attempts=1,
+        max_attempts=spec.max_attempts or settings.max_attempts,
         owner=principal,
         synchronous=synchronous,
     )
@@ -198,7 +201,11 @@ def run_tool(
     inbox = MemoryInbox(client.on_wait)
     runner = JobRunner(store, settings, lambda: inbox, leases=_NoLeases(settings.lease_seconds))
     outcome = runner.run(row.job_id)
-    while outcome.status == "suspended" and client.problem is None:
+    while outcome.status in ("suspended", "backoff") and client.problem is None:
+        if outcome.status == "backoff":
+            row.retry_at = None  # due now: a test does not wait out the backoff
+            outcome = runner.run(row.job_id)
+            continue
         # The job gave its slot back waiting for input (``suspend_after``): the client answers,
         # and the job runs again from the top, as it would live (recorded answers replay).
         client.on_wait(row.task_id)

@@ -28,7 +28,7 @@ from mcp_types import (
 
 from mcp_celery_tasks.errors import InputNotSupported, InvalidParams, TaskCancelled
 from mcp_celery_tasks.json_types import JSONObject, JSONValue
-from mcp_celery_tasks.tools import inputs
+from mcp_celery_tasks.tools import inputs, retries
 from mcp_celery_tasks.tools.steps import NO_STEPS, Checkpoints, TaskSteps
 
 __all__ = ["LOG_LEVELS", "Ask", "TaskContext", "TaskRuntime", "current_context", "get_current_context"]
@@ -123,12 +123,14 @@ class TaskContext:
         principal: str = "",
         device: str | None = None,
         is_task: bool = True,
+        max_retry_delay_s: float = 3600.0,
     ) -> None:
         self.task_id = task_id
         self.is_task = is_task
         """Whether the client holds a task handle for this run (it polls, and may come back
         later); False for a plain ``tools/call`` that waits for the result (keep it short, or
         tell the caller to use a task)."""
+        self._max_retry_delay_s = max_retry_delay_s
         self.principal = principal
         self.device = device
         self.job_id = job_id
@@ -227,6 +229,14 @@ class TaskContext:
             if left <= 0:
                 return
             time.sleep(min(left, self._sleep_slice))
+
+    def retry_later(self, seconds: float, reason: str = "") -> None:
+        """End this attempt and run the tool again after ``seconds`` (a downstream said 429 with
+        ``Retry-After``). Counts as an attempt: past the tool's ``max_attempts`` the call ends
+        with a tool error naming ``reason``. The job waits in the backlog, holding no worker
+        slot; steps already done (``step``) are not redone. ``seconds`` must be finite, from 0 to
+        ``retry_max_delay_seconds`` (else ``ToolError``)."""
+        raise retries.retry_later(seconds, reason, self._max_retry_delay_s)
 
     # ---- durable steps and checkpoints (``tools.steps``) ---------------------------------------
 

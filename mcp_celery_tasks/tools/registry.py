@@ -23,6 +23,7 @@ from mcp_celery_tasks.errors import InvalidParams
 from mcp_celery_tasks.json_types import JSONObject, as_object
 from mcp_celery_tasks.tools.context import TaskContext
 from mcp_celery_tasks.tools.inputs import Elicit
+from mcp_celery_tasks.tools.retries import Backoff, RetryPolicy, retry_policy
 
 __all__ = [
     "AskFirst",
@@ -86,6 +87,8 @@ class ToolSpec:
     scopes: tuple[str, ...] = ()
     """OAuth scopes a JWT caller's token must carry to call the tool (403 ``insufficient_scope``
     otherwise, naming them: a step-up); static tokens and embedding apps are not scope-checked."""
+    retry: RetryPolicy | None = None
+    """Which errors of the body end the attempt and run it again after a backoff (``retry_on``)."""
 
     def validate_arguments(self, arguments: Mapping[str, object]) -> JSONObject:
         """Validate against the input schema; return the JSON-ready arguments to store.
@@ -193,6 +196,8 @@ def tool(
     schema_extra: Mapping[str, object] | None = None,
     scopes: Sequence[str] = (),
     needs_inputs: Sequence[InputKind] = (),
+    retry_on: type[Exception] | tuple[type[Exception], ...] = (),
+    backoff: Backoff | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -217,6 +222,8 @@ def tool(
     schema_extra: Mapping[str, object] | None = None,
     scopes: Sequence[str] = (),
     needs_inputs: Sequence[InputKind] = (),
+    retry_on: type[Exception] | tuple[type[Exception], ...] = (),
+    backoff: Backoff | None = None,
 ) -> F | Callable[[F], F]:
     """Register a function as an MCP tool that runs as a Celery job.
 
@@ -243,6 +250,10 @@ def tool(
     without them gets 403 ``insufficient_scope`` naming them). ``needs_inputs``: the input
     requests the tool makes (``"elicitation"``, ``"sampling"``, ``"roots"``); a client that cannot
     answer one gets -32021 naming the capability before the job runs.
+    ``retry_on`` (exception types) makes a matching error of the body end the
+    attempt and schedule the next after ``backoff`` (``exponential(…)`` or ``fixed(…)``; default
+    ``exponential(1, 300)``), up to ``max_attempts`` runs; the job waits in the backlog, not in a
+    worker. Any other exception ends the call at once, as without a policy.
     """
 
     def register(target: F) -> F:
@@ -250,6 +261,7 @@ def tool(
         tool_name = name or func.__name__
         if tool_name in _REGISTRY and _REGISTRY[tool_name].fn is not func:
             raise ValueError(f"a tool named {tool_name!r} is already registered")
+        retry = retry_policy(tool_name, retry_on, backoff, max_attempts)
         model, context_param = _build(func, tool_name)
         schema = model.model_json_schema(by_alias=True)
         schema.pop("title", None)
@@ -288,6 +300,7 @@ def tool(
             suspend_after=_checked_suspend_after(suspend_after),
             scopes=_checked_scopes(tool_name, scopes),
             needs_inputs=_checked_inputs(tool_name, needs_inputs),
+            retry=retry,
         )
         return target
 

@@ -55,6 +55,10 @@ class JobObserver:
     def on_suspended(self, job: ClaimedTask, elapsed: float) -> None:
         """The job gave its slot back waiting for input after running ``elapsed`` seconds."""
 
+    def on_retry_scheduled(self, job: ClaimedTask, kind: str, delay_s: float) -> None:
+        """The attempt ended in a retry (``kind``: ``retryable_error``, ``retry_later``) that
+        waits ``delay_s`` seconds in the backlog."""
+
     def on_ran(self, job: ClaimedTask, elapsed: float) -> None:
         """The tool returned or raised after ``elapsed`` seconds (an outage under it excluded)."""
 
@@ -131,6 +135,18 @@ class Telemetry(JobObserver):
                 "queue": job.queue,
             },
         )
+
+    def on_retry_scheduled(self, job: ClaimedTask, kind: str, delay_s: float) -> None:
+        metrics.jobs_retried.labels(job.tool_name, kind).inc()
+        job_log.info(
+            "job %s will retry in %.3fs (attempt %d of %d used)",
+            job.job_id,
+            delay_s,
+            job.attempts,
+            job.max_attempts,
+            extra={"event": "task.retry_scheduled", "job_id": job.job_id, "tool": job.tool_name,
+                   "queue": job.queue, "kind": kind, "delay_s": delay_s},
+        )  # fmt: skip
 
     def on_ran(self, job: ClaimedTask, elapsed: float) -> None:
         metrics.task_run_seconds.labels(job.tool_name, job.queue).observe(elapsed)

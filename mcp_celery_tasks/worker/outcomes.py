@@ -47,7 +47,8 @@ class JobOutcome:
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What a run came to: ``completed`` (``result``), ``failed`` (``error``), ``cancelled``,
-    ``retry`` (an outage under the tool, never a result) or ``superseded`` (recorded too late)."""
+    ``retry`` (an outage under the tool, never a result), ``backoff`` (a retryable error: run again
+    later, ``worker.retries``) or ``superseded`` (recorded too late)."""
 
     status: str
     result: JSONObject | None = None
@@ -58,6 +59,9 @@ class Outcome:
     """For admins: why it failed or ended in a tool error (tool_error, crash, mcp_error, …)."""
     detail: str | None = None
     """For admins: what went wrong, as the tool said it (never a stack trace)."""
+    retry_in_s: float | None = None
+    """``backoff``: seconds until the next attempt (``result`` is what to record instead when the
+    retry cannot be scheduled)."""
 
     @property
     def label(self) -> str:

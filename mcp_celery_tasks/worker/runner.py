@@ -13,7 +13,9 @@ the database or broker failed under the job. Giving back is one guarded write by
 that holds the lease (``give_back``): the claim's increment is undone, ``redeliveries`` goes up
 (capped separately by ``max_redeliveries``) and the lease is freed for the next worker. A
 process that dies without that write (SIGKILL, the OOM killer, a segfault) is a crash and its
-attempt stays counted: only a live process can say it stopped cleanly.
+attempt stays counted: only a live process can say it stopped cleanly. A retry the tool's
+policy schedules (``retry_on``, ``ctx.retry_later``: ``worker.retries``) is an attempt: the job
+waits in the backlog for its time, holding no slot.
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ from mcp_celery_tasks.store.row_types import JobState
 from mcp_celery_tasks.tools.context import TaskContext, bind
 from mcp_celery_tasks.tools.registry import ToolSpec, get_tool
 from mcp_celery_tasks.tools.results import error_result, to_call_tool_result
+from mcp_celery_tasks.tools.retries import RetryLater
 from mcp_celery_tasks.transient import OUTCOME_WRITE, REQUEUE, Backoff, OutageTooLong, ride_out
 from mcp_celery_tasks.wire import declares_tasks
-from mcp_celery_tasks.worker import claims
+from mcp_celery_tasks.worker import claims, retries
 from mcp_celery_tasks.worker.child import in_job, running_tool, worker_identity
 from mcp_celery_tasks.worker.devices import current_device
 from mcp_celery_tasks.worker.leases import LeaseKeeper
@@ -74,7 +77,7 @@ __all__ = ["JobOutcome", "JobRunner", "JobStore", "Outcome", "worker_identity"]
 logger = logging.getLogger("mcp_celery_tasks.runner")
 
 
-class JobStore(RuntimeStore, StepStore, Protocol):
+class JobStore(RuntimeStore, StepStore, retries.RetryStore, Protocol):
     """The store calls of a job's claim and outcome (``WorkerStore`` in production)."""
 
     def claim(
@@ -155,6 +158,15 @@ class JobRunner:
                 elapsed = time.monotonic() - started
                 if outcome.status in (RETRY.status, STOPPING.status):
                     return self._give_back(job, me, outcome)
+                if outcome.status == retries.BACKOFF:
+                    if retries.schedule(self._store, self._settings, job, me, runtime, outcome):
+                        self._observer.on_ran(job, elapsed)
+                        self._observer.on_retry_scheduled(job, outcome.kind or "", outcome.retry_in_s or 0.0)
+                        return JobOutcome(retries.BACKOFF)  # the release publishes it when due
+                    # Not ours to put back (cancelled meanwhile): record the end, fenced as ever.
+                    outcome = Outcome(
+                        COMPLETED, result=outcome.result, kind=outcome.kind, detail=outcome.detail
+                    )
                 if outcome is SUSPENDED:
                     # The row says so already (one guarded write released it): no outcome to
                     # record, the message is done; the answer puts the job back in the backlog.
@@ -305,7 +317,14 @@ class JobRunner:
                 "job %s hit an infrastructure error; it will be retried", job.job_id, exc_info=True
             )
             return RETRY
+        except RetryLater as exc:
+            return retries.after_request(spec, job, exc, self._settings)
         except Exception as exc:
+            if spec.retry is not None and spec.retry.matches(exc):
+                logger.warning(
+                    "tool %s raised %s in job %s; retrying", spec.name, type(exc).__name__, job.job_id
+                )
+                return retries.after_error(spec, job, exc, self._settings)
             logger.exception("tool %s raised in job %s", spec.name, job.job_id)
             return Outcome(
                 COMPLETED,
@@ -335,6 +354,7 @@ class JobRunner:
             sleep_slice_s=self._settings.cancel_check_interval_seconds,
             log_level=job.log_level,
             is_task=not job.synchronous,
+            max_retry_delay_s=self._settings.retry_max_delay_seconds,
             steps=JobSteps(self._store, self._settings, task_id=job.task_id, job_id=job.job_id,
                            tool_name=job.tool_name, worker=runtime.worker, stopping=lambda: runtime.stopping,
                            replayed=runtime.replayed, new_work=runtime.reached_new_work),

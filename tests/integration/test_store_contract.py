@@ -208,6 +208,29 @@ def test_a_given_back_job_is_claimed_again_without_counting_an_attempt(side: Sid
     assert job is not None and job.attempts == 1
 
 
+def test_a_scheduled_retry_frees_the_job_is_fenced_and_waits_for_its_time(side: Side) -> None:
+    task_id, job_id = side.add(max_attempts=3)
+    assert side.store.claim(job_id, ME, LEASE_S) is not None
+    message = "retrying in 60 s (attempt 2/3): TimeoutError: slow"
+    assert not side.store.schedule_retry(task_id, RIVAL, 60, message, "retryable_error", "slow")
+    assert side.store.schedule_retry(task_id, ME, 60, message, "retryable_error", "slow")
+    row = side.row(task_id)
+    assert row["status"] == "working" and row["worker"] is None and row["status_message"] == message
+    assert not side.store.schedule_retry(task_id, ME, 60, message, "retryable_error", "slow")  # not ours
+    assert side.store.claim(job_id, RIVAL, LEASE_S) is None  # not before its time
+
+
+def test_no_retry_is_scheduled_on_the_last_attempt_or_after_a_cancel(side: Side) -> None:
+    task_id, job_id = side.add(max_attempts=1)
+    assert side.store.claim(job_id, ME, LEASE_S) is not None
+    assert not side.store.schedule_retry(task_id, ME, 1, "m", "k", "d")
+    task_id, job_id = side.add(max_attempts=3)
+    assert side.store.claim(job_id, ME, LEASE_S) is not None
+    side.cancel(task_id)
+    assert not side.store.schedule_retry(task_id, ME, 1, "m", "k", "d")
+    assert side.row(task_id)["status"] == "cancelled"
+
+
 # ---- while running ------------------------------------------------------------------------------
 
 

@@ -62,6 +62,8 @@ def test_public_api_is_pinned() -> None:
         "TaskContext",
         "ToolError",
         "current_context",
+        "exponential",
+        "fixed",
         "get_current_context",
         "tool",
     ]
