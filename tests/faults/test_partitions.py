@@ -5,7 +5,7 @@ longer than the lease (3 s) plus its grace (1 s), heals it, and checks what the 
 handed: 0 lost, 0 double outcomes, 0 bodies at work twice at once, attempts unchanged where no
 worker was cut off from Postgres past its lease (``partition_checks``), and the recovery time.
 
-The short form runs in CI (the serial pass, root); ``FAULTS_LONG=1`` adds longer cuts, heavier
+The short form runs in CI (the paired pass, as root); ``FAULTS_LONG=1`` adds longer cuts, heavier
 loss and two-sided faults. There is no latency scenario: this machine kind's kernel has no
 ``netem`` qdisc (``tc qdisc add … netem``: "Specified qdisc kind is unknown"), and a userspace
 delay would not be a packet fault. Packet loss is real: nftables ``numgen random``.
@@ -266,10 +266,9 @@ def test_with_the_self_fence_a_worker_cut_from_postgres_never_runs_a_body_twice_
         result = run_scenario(
             fenced, net, "worker ↔ postgres, self-fence on", 15.0, lambda h: net.cut(h, "pg")
         )
-    # Known cost (measured 63 s of recovery): the kill goes through Celery's revoke-terminate,
-    # which acknowledges the message and leaves the job id revoked on this worker; the job comes
-    # back through the sweeper's lost-message path (every 20 s) until a copy reaches the other.
-    result.notes = "self-fence on; fenced jobs come back via the sweeper"
+    # The fence kills the one child by (job id, pid), never by Celery's revoke of the job id, so
+    # the job comes back at once through the redelivery, not the sweeper (recovery 63 s -> 9.5 s).
+    result.notes = "self-fence on; fenced jobs come back through their redelivery"
     TABLE[-1] = result.row()
     assert not result.lost and not result.doubles, result.row()
     assert not result.overlaps, f"bodies at work twice at once: {result.overlaps}"
