@@ -144,7 +144,7 @@ def test_compose_file_is_valid_and_keeps_what_production_needs(config: dict[str,
         assert "healthcheck" in service
         grace = int(str(service["stop_grace_period"]).rstrip("s"))
         assert float(_environment(service)["MCP_TASKS_WORKER_SOFT_SHUTDOWN_SECONDS"]) < grace
-    assert services["migrate"]["command"] == ["migrate"]
+    assert services["migrate"]["command"] == ["migrate", "--roles"]
     assert services["api"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert "-Q" in services["worker-gpu"]["command"] and "gpu" in services["worker-gpu"]["command"]
     assert "mcp.maintenance" in services["maintenance"]["command"]
@@ -213,6 +213,24 @@ def test_only_the_api_gets_the_sealing_keys_and_the_tokens(config: dict[str, Any
     }
 
 
+def test_each_process_connects_as_its_own_login_and_none_as_the_superuser(config: dict[str, Any]) -> None:
+    """deploy/postgres/init-roles.sh makes the logins (tests/integration/test_compose_roles.py
+    runs it on a real Postgres); here: who mounts which DSN."""
+    services = config["services"]
+    expected = {"migrate": "database_url_owner", "api": "database_url_api", "worker": "database_url_worker",
+                "worker-gpu": "database_url_worker", "maintenance": "database_url_maintenance"}  # fmt: skip
+    for name, service in services.items():
+        env = _environment(service)
+        dsn = env.get("MCP_TASKS_DATABASE_URL_FILE")
+        assert (dsn and _mounted_secrets(service)[dsn]) == expected.get(name), name
+        assert "postgres_password" not in _mounted_secrets(service).values() or name == "postgres", name
+    postgres = services["postgres"]
+    assert _environment(postgres)["POSTGRES_USER"] == "postgres"
+    assert set(expected.values()) <= set(_mounted_secrets(postgres).values())  # the init script reads them
+    init = _volumes(postgres)["/docker-entrypoint-initdb.d/10-mcp-roles.sh"]
+    assert Path(init[0]).resolve() == (ROOT / "deploy" / "postgres" / "init-roles.sh").resolve() and init[1]
+
+
 def test_grafana_admin_password_comes_from_a_file_and_anonymous_access_is_off(
     config: dict[str, Any],
 ) -> None:
@@ -277,8 +295,14 @@ def test_secrets_readme_commands_make_every_secret_in_a_form_the_services_accept
             monkeypatch.setenv(variable, str(made / files[mounted[path]]))
     settings = Settings()
     postgres_password = (made / "postgres_password").read_text()
-    assert urlsplit(settings.database_url).password == postgres_password
-    assert urlsplit(settings.database_url).hostname == "postgres"
+    api_login = urlsplit(settings.database_url)
+    assert (api_login.username, api_login.hostname) == ("mcp_api", "postgres")
+    logins = {
+        urlsplit((made / f"database_url_{k}").read_text()) for k in ("owner", "api", "worker", "maintenance")
+    }
+    assert len({url.username for url in logins}) == 4  # one login per kind of process
+    assert all(re.fullmatch(r"[0-9a-f]{64}", url.password or "") for url in logins)
+    assert postgres_password not in {url.password for url in logins}
     credentials = dict(
         line.split(" = ", 1) for line in (made / "rabbitmq_credentials.conf").read_text().splitlines()
     )
