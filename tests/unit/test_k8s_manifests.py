@@ -221,6 +221,30 @@ def test_no_secret_sits_in_an_environment_variable_or_in_the_manifests(overlay: 
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_pod_mounts_its_own_database_login_and_only_the_migration_the_owners(overlay: str) -> None:
+    """The pods read the same file names (config.yaml); which secret keys fill them decides the
+    login, and so the group role (store/roles.py) each process runs as."""
+    expected = {
+        "mcp-migrate": {"direct_database_url_owner"},
+        "mcp-api": {"database_url_api", "direct_database_url_api"},
+        "mcp-worker-default": {"database_url_worker", "direct_database_url_worker"},
+        "mcp-worker-gpu": {"database_url_worker", "direct_database_url_worker"},
+        "mcp-maintenance": {"database_url_maintenance", "direct_database_url_maintenance"},
+        "mcp-beat": set(),
+    }
+    seen = {}
+    for name, spec in pod_specs(render(overlay)):
+        keys = {
+            item["key"]
+            for volume in spec.get("volumes", [])
+            if volume.get("secret", {}).get("secretName") == "mcp-secrets"
+            for item in volume["secret"]["items"]
+        }
+        seen[name] = {key for key in keys if "database_url" in key}
+    assert {name: seen.get(name) for name in expected} == expected
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_container_has_requests_and_limits_and_a_pinned_image(overlay: str) -> None:
     for name, spec in pod_specs(render(overlay)):
         for container in containers(spec):
