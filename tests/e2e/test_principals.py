@@ -120,3 +120,39 @@ def test_authenticated_tasks_are_invisible_to_the_anonymous_api(client: Client, 
     task_id = alice.start("noop")
     wait_until(lambda: alice.get(task_id).result["status"] == "completed", 15, what="alice's task")
     assert not_found_answers(client, task_id) == not_found_answers(client, secrets.token_urlsafe(24))
+
+
+def _listen_as(url: str, token: str, task_ids: list[str]) -> list[dict[str, Any]]:
+    """The messages of a ``subscriptions/listen`` stream for ``task_ids``, sent with ``token``."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 5,
+        "method": "subscriptions/listen",
+        "params": {"notifications": {"taskIds": task_ids}, "_meta": meta()},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": support.VERSION,
+        "Mcp-Method": "subscriptions/listen",
+        "Authorization": f"Bearer {token}",
+    }
+    response = httpx.post(url, json=body, headers=headers, timeout=60)
+    assert response.status_code == 200, response.text
+    return [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")]
+
+
+def test_a_listen_on_another_principals_task_hears_it_exactly_as_an_unknown_one(
+    alice: Client, auth_url: str
+) -> None:
+    """The red team's cross-principal listen (issue 33): bob names alice's finished task and
+    gets the stream an unknown id gets, never its state; alice naming it hears it."""
+    task_id = alice.start("noop")
+    alice.wait_status(task_id)
+    foreign = _listen_as(auth_url, TOKENS["bob"], [task_id])
+    unknown = _listen_as(auth_url, TOKENS["bob"], [secrets.token_urlsafe(24)])
+    assert foreign == unknown
+    assert "notifications/tasks" not in [message.get("method") for message in foreign]
+    assert task_id not in json.dumps(foreign)
+    own = _listen_as(auth_url, TOKENS["alice"], [task_id])
+    heard = [m["params"] for m in own if m.get("method") == "notifications/tasks"]
+    assert [(p["taskId"], p["status"]) for p in heard] == [(task_id, "completed")]
