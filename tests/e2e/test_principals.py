@@ -156,3 +156,59 @@ def test_a_listen_on_another_principals_task_hears_it_exactly_as_an_unknown_one(
     own = _listen_as(auth_url, TOKENS["alice"], [task_id])
     heard = [m["params"] for m in own if m.get("method") == "notifications/tasks"]
     assert [(p["taskId"], p["status"]) for p in heard] == [(task_id, "completed")]
+
+
+class _LegacySession:
+    """A 2025-11-25 client of one principal: initialize, then requests on its session."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url, self.token, self.ids = url, token, 0
+        hello = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        }
+        init = self.post({"method": "initialize", "params": hello}, None)
+        assert init.status_code == 200, init.text
+        self.session = init.headers["mcp-session-id"]
+
+    def post(self, message: dict[str, Any], session: str | None) -> httpx.Response:
+        self.ids += 1
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25",
+            "Authorization": f"Bearer {self.token}",
+        }
+        if session:
+            headers["Mcp-Session-Id"] = session
+        return httpx.post(
+            self.url, json={"jsonrpc": "2.0", "id": self.ids, **message}, headers=headers, timeout=60
+        )
+
+    def call(self, method: str, params: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+        reply = self.post({"method": method, "params": params}, session or self.session)
+        body: dict[str, Any] = support.parse_body(reply)
+        return {"status": reply.status_code, **{k: v for k, v in body.items() if k in ("result", "error")}}
+
+
+def test_on_2025_11_25_another_principal_sees_the_task_exactly_as_an_unknown_one(
+    alice: Client, auth_url: str, stack: Stack
+) -> None:
+    """The same rule on the older revision (SEP-1686 tasks): bob's get, result and cancel of
+    alice's task answer as for an id that never existed, and alice's session id is no key."""
+    mine, theirs = _LegacySession(auth_url, TOKENS["alice"]), _LegacySession(auth_url, TOKENS["bob"])
+    created = mine.call(
+        "tools/call", {"name": "slow_compute", "arguments": {"seconds": 1.0, "label": "a"}, "task": {}}
+    )
+    task_id = created["result"]["task"]["taskId"]
+    unknown = secrets.token_urlsafe(24)
+    for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+        assert theirs.call(method, {"taskId": task_id}) == theirs.call(method, {"taskId": unknown}), method
+        assert "error" in theirs.call(method, {"taskId": task_id}), method
+    assert task_id not in json.dumps(theirs.call("tasks/list", {}))
+    stolen = theirs.call("tasks/get", {"taskId": task_id}, session=mine.session)  # bob on alice's session
+    assert "result" not in stolen, stolen
+    # Nothing bob did reached the task: alice's result is hers, uncancelled.
+    done = mine.call("tasks/result", {"taskId": task_id})
+    assert done["result"]["content"][0]["text"] == "done after 1.0s (a)"
+    assert stack.row(task_id)["cancel_requested_at"] is None
