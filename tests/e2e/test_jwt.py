@@ -181,3 +181,40 @@ def test_the_metadata_lists_the_scopes_and_never_follows_the_host_header(scoped_
     assert root == inserted
     assert root["resource"] == AUDIENCE  # the configured resource (here the URL audience)
     assert {"mcp", "models:train"} <= set(root["scopes_supported"])
+
+
+def test_a_slow_jwks_fetch_on_delete_never_stalls_the_apis_other_requests(stack: Stack) -> None:
+    """The JWT check of every route runs off the event loop (``DELETE /mcp`` once ran it on the
+    loop): while one request waits 3 s on a slow issuer, /healthz and others are served."""
+    release = threading.Event()
+
+    class Slow(_Jwks):
+        def do_GET(self) -> None:
+            release.wait(3)
+            super().do_GET()
+
+    server = HTTPServer(("127.0.0.1", free_port()), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = dict(stack.env, MCP_TASKS_JWT_ISSUER=ISSUER, MCP_TASKS_JWT_AUDIENCE=AUDIENCE,
+               MCP_TASKS_JWT_JWKS_URL=f"http://127.0.0.1:{server.server_port}/jwks.json")  # fmt: skip
+    proc, url = start_api("jwt-api-slow-jwks", env)
+    try:
+        deleted: list[httpx.Response] = []
+        headers = {"Authorization": f"Bearer {token('alice')}", "Mcp-Session-Id": "no-such-session",
+                   "MCP-Protocol-Version": "2025-11-25"}  # fmt: skip
+        waiting = threading.Thread(
+            target=lambda: deleted.append(httpx.delete(url, headers=headers, timeout=30))
+        )
+        waiting.start()
+        time.sleep(0.5)  # the DELETE is now inside the JWKS fetch
+        started = time.monotonic()
+        assert httpx.get(url.removesuffix("/mcp") + "/healthz", timeout=5).status_code == 200
+        assert time.monotonic() - started < 1.0
+        assert waiting.is_alive()  # still waiting on the issuer
+        release.set()
+        waiting.join(30)
+        assert deleted and deleted[0].status_code == 404  # checked, then: no such session
+    finally:
+        release.set()
+        proc.stop()
+        server.shutdown()

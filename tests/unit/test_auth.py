@@ -169,3 +169,40 @@ def test_an_unknown_kid_fetches_the_jwks_at_most_once_per_cooldown() -> None:
         assert len(fetches) == 1  # the first lookup; every unknown kid after it waits for the cooldown
     finally:
         server.shutdown()
+
+
+def test_a_failed_jwks_fetch_is_not_retried_until_its_cooldown_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An issuer that is down costs one fetch per cooldown, not one per request (a flood of
+    tokens must not become a flood of requests to the issuer), and is asked again after it."""
+    from mcp_celery_tasks.api import auth
+
+    monkeypatch.setattr(auth, "KEY_FAILURE_COOLDOWN_S", 0.5)
+    fetches: list[float] = []
+
+    class Down(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            fetches.append(time.monotonic())
+            self.send_response(503)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Down)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        checker = Authenticator(
+            Settings(jwt_issuer=ISSUER, jwt_audience="mcp", jwt_algorithms=["HS256"], resource_url="https://m.example/mcp",
+                     jwt_jwks_url=f"http://127.0.0.1:{server.server_port}/jwks.json")
+        )  # fmt: skip
+        forged = "Bearer " + jwt.encode({"sub": "u"}, SECRET, algorithm="HS256", headers={"kid": "k1"})
+        for _ in range(20):
+            with pytest.raises(Unauthorized, match="cannot be fetched now"):
+                checker.identity(forged)
+        assert len(fetches) == 1
+        time.sleep(0.6)
+        with pytest.raises(Unauthorized, match="cannot be fetched now"):
+            checker.identity(forged)
+        assert len(fetches) == 2
+    finally:
+        server.shutdown()
