@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -134,3 +137,21 @@ def client(stack: support.Stack) -> Iterator[support.Client]:
     c = stack.client()
     yield c
     c.close()
+
+
+@pytest.fixture(scope="session")
+def ext_tasks() -> Path:
+    """The TypeScript SDK client with the tasks extension (``scripts/install-peers``), and its
+    driver script ``tests/e2e/peers/ext_tasks_client.mjs`` as ``client.mjs``; skipped without
+    npm, except in CI."""
+    folder = support.ROOT / ".cache" / "peers-ts-ext"
+    if not (folder / "node_modules" / "@modelcontextprotocol" / "ext-tasks" / "package.json").exists():
+        ran = subprocess.run(
+            [str(support.ROOT / "scripts" / "install-peers")], capture_output=True, text=True, timeout=900
+        )
+        if ran.returncode != 0 or shutil.which("node") is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"scripts/install-peers failed: {ran.stderr[-2000:]}")
+            pytest.skip("npm could not install @modelcontextprotocol/client and ext-tasks")
+    shutil.copy(support.ROOT / "tests" / "e2e" / "peers" / "ext_tasks_client.mjs", folder / "client.mjs")
+    return folder

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import httpx2
@@ -18,6 +19,7 @@ from mcp import Client as SdkClient
 from mcp.client.streamable_http import streamable_http_client
 
 from tests import support
+from tests.e2e.test_peers import check_ext_tasks_client
 from tests.e2e.test_sdk_client import PollingTasks
 from tests.sample_host.app import API_KEYS
 
@@ -108,3 +110,11 @@ async def test_the_official_sdk_client_completes_a_task_through_the_host(host: s
     assert isinstance(text := result.content[0], mcp_types.TextContent), text
     assert text.text == "done after 0.3s (sdk)"
     assert tasks.created and tasks.polls[-1] == "completed"
+
+
+def test_the_typescript_sdk_with_the_tasks_extension_completes_tasks_through_the_mount(
+    host: str, ext_tasks: Path
+) -> None:
+    """@modelcontextprotocol/client with ext-tasks, with the host's API key: tasks, elicitation,
+    sampling, a synchronous call and cancel, all through the mounted endpoint."""
+    check_ext_tasks_client(ext_tasks, f"{host}/mcp", ALICE)

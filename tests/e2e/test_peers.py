@@ -8,38 +8,23 @@ elicitation, sampling (as a task and as a synchronous MRTR call) and cancel.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.support import ROOT, Stack
-
-EXT_DIR = ROOT / ".cache" / "peers-ts-ext"
-
-
-@pytest.fixture(scope="session")
-def ext_tasks() -> Path:
-    installed = EXT_DIR / "node_modules" / "@modelcontextprotocol" / "ext-tasks" / "package.json"
-    if not installed.exists():
-        ran = subprocess.run(
-            [str(ROOT / "scripts" / "install-peers")], capture_output=True, text=True, timeout=900
-        )
-        if ran.returncode != 0 or shutil.which("node") is None:
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"scripts/install-peers failed: {ran.stderr[-2000:]}")
-            pytest.skip("npm could not install @modelcontextprotocol/client and ext-tasks")
-    shutil.copy(ROOT / "tests" / "e2e" / "peers" / "ext_tasks_client.mjs", EXT_DIR / "client.mjs")
-    return EXT_DIR
+from tests.support import Stack
 
 
 def test_ext_tasks_client_runs_tasks_elicitation_sampling_and_cancel(stack: Stack, ext_tasks: Path) -> None:
+    check_ext_tasks_client(ext_tasks, stack.url)
+
+
+def check_ext_tasks_client(ext_tasks: Path, url: str, token: str | None = None) -> None:
+    """Run the client's steps against ``url`` (with a bearer ``token``) and check each one."""
     run = subprocess.run(
-        ["node", "client.mjs", stack.url], cwd=ext_tasks, capture_output=True, text=True, timeout=180
-    )
+        ["node", "client.mjs", url, *([token] if token else [])],
+        cwd=ext_tasks, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
     steps: dict[str, dict[str, Any]] = {
         s["step"]: s for s in (json.loads(line) for line in run.stdout.splitlines() if line.startswith("{"))
     }

@@ -6,6 +6,8 @@ import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/cli
 import { createApplicationInputHandler, createTaskSessionFromClient } from "@modelcontextprotocol/ext-tasks/client";
 
 const url = process.argv[2];
+// An optional bearer token (argv[3]): a host app that mounts MCP behind its own API keys.
+const auth = process.argv[3] ? { authorization: `Bearer ${process.argv[3]}` } : {};
 const VERSION = "2026-07-28";
 const clientInfo = { name: "ext-tasks-e2e", version: "0.2.2" };
 const clientCapabilities = { elicitation: {}, sampling: {}, roots: {}, extensions: { "io.modelcontextprotocol/tasks": {} } };
@@ -24,6 +26,7 @@ async function rawDispatch(unframed, options) {
     "mcp-protocol-version": VERSION,
     "mcp-method": request.method,
     ...(name ? { "mcp-name": String(name) } : {}),
+    ...auth,
     ...(options?.headers ?? {}),
   };
   const response = await fetch(url, { method: "POST", headers, body: JSON.stringify(request), signal: options?.signal });
@@ -56,7 +59,7 @@ const onInputRequest = createApplicationInputHandler({
 });
 
 const client = new Client(clientInfo, { capabilities: {}, versionNegotiation: { mode: { pin: VERSION } } });
-await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: auth } }));
 say("connected", { era: client.getProtocolEra?.() ?? null });
 const session = createTaskSessionFromClient(client, {
   endpointId: "e2e",
