@@ -305,6 +305,14 @@ def test_typescript_sdk_1_32_client_streams_a_sep_1686_task_and_hears_progress_a
         "Tool processing data",
         "Tool execution completed",
     ]
+    # The message-only reports of slow_compute reach onprogress, with a rising counter.
+    reported = by_step["message-progress"]
+    assert reported["text"] == "done after 0.6s" and reported["messages"], reported
+    assert [m for _, m in reported["messages"]] == ["computing"] * len(reported["messages"])
+    counters = [n for n, _ in reported["messages"]]
+    assert counters == sorted(set(counters))
+    # One task and three synchronous calls on this session: tasks/list shows the one task.
+    assert by_step["list"] == {"step": "list", "tasks": 1}
 
 
 def test_sessions_expire_are_capped_and_bound_what_a_client_declares(stack: Stack) -> None:

@@ -3,7 +3,7 @@
 // one JSON line per message it receives.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { CallToolResultSchema, LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+import { CallToolResultSchema, LoggingMessageNotificationSchema, ResultSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const [url, tool, args] = process.argv.slice(2);
 const client = new Client({ name: "ts-sdk-1", version: "1.32.2" }, { capabilities: {} });
@@ -33,4 +33,13 @@ console.log(JSON.stringify({ step: "progress", text: progressed.content[0].text,
 await client.setLoggingLevel("info");
 const logged = await client.callTool({ name: "test_tool_with_logging", arguments: {} });
 console.log(JSON.stringify({ step: "logs", text: logged.content[0].text, logs }));
+// The hosts' gaps this client showed (issue 34): a tool that reports only messages gives a
+// caller with onprogress no progress at all; tasks/list counted plain synchronous calls.
+const messages = [];
+const reported = await client.callTool({ name: "slow_compute", arguments: { seconds: 0.6 } }, CallToolResultSchema, {
+  onprogress: (progress) => messages.push([progress.progress, progress.message ?? null]),
+});
+console.log(JSON.stringify({ step: "message-progress", text: reported.content[0].text, messages }));
+const listed = await client.request({ method: "tasks/list", params: {} }, ResultSchema);
+console.log(JSON.stringify({ step: "list", tasks: listed.tasks.length }));
 await client.close();
