@@ -15,6 +15,7 @@ store's paths, never the ORM's:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +25,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from mcp_celery_tasks.broker.operator import notify_cancelled
+from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.lifecycle import ACTIVE
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
@@ -32,16 +34,32 @@ from .models import Task
 
 __all__ = ["TaskAdmin"]
 
+logger = logging.getLogger("mcp_celery_tasks.contrib.django")
+
 APPLICATION_NAME = "mcp-celery-tasks-django-admin"
+
+
+class _Unusable(Exception):
+    """The settings or the database failed; the admin shows ``str(self)``, the log the cause."""
 
 
 @contextmanager
 def _store() -> Iterator[tuple[Settings, WorkerStore]]:
-    """The package's own store, from ``MCP_TASKS_*`` (the Django database may be read-only)."""
-    settings = Settings()
+    """The package's own store, from ``MCP_TASKS_*`` (the Django database may be read-only).
+
+    Invalid settings and an unusable database become ``_Unusable``, with a message that names
+    no URL or secret (the details go to the log)."""
+    try:
+        settings = Settings()
+    except ValueError as exc:  # pydantic's ValidationError, or a *_FILE that cannot be read
+        logger.warning("invalid MCP_TASKS_* settings: %s", exc)
+        raise _Unusable("the MCP_TASKS_* settings are invalid (the server log says which)") from exc
     store = WorkerStore(settings, application_name=APPLICATION_NAME)
     try:
         yield settings, store
+    except InfrastructureError as exc:
+        logger.warning("the MCP tasks database cannot be used: %s", exc)
+        raise _Unusable("the MCP tasks database cannot be used (the server log says why)") from exc
     finally:
         store.close()
 
@@ -84,15 +102,20 @@ class TaskAdmin(admin.ModelAdmin):
         ids = list(queryset.values_list("task_id", flat=True))
         reason = f"cancelled by an operator ({request.user.get_username()}, Django admin)"
         cancelled, problems = 0, set()
-        with _store() as (settings, store):
-            for task_id in ids:
-                outcome = store.admin_cancel(task_id, reason)
-                if not outcome.cancelled_now or outcome.job_id is None:
-                    continue
-                cancelled += 1
-                problem = notify_cancelled(settings, outcome.job_id, outcome.wake_inbox)
-                if problem:
-                    problems.add(problem)
+        try:
+            with _store() as (settings, store):
+                for task_id in ids:
+                    outcome = store.admin_cancel(task_id, reason)
+                    if not outcome.cancelled_now or outcome.job_id is None:
+                        continue
+                    cancelled += 1
+                    problem = notify_cancelled(settings, outcome.job_id, outcome.wake_inbox)
+                    if problem:
+                        problems.add(problem)
+        except _Unusable as exc:
+            done = f" after cancelling {_plural(cancelled, 'task')}" if cancelled else ""
+            self.message_user(request, f"Stopped{done}: {exc}.", messages.ERROR)
+            return
         skipped = len(ids) - cancelled
         text = f"Cancelled {_plural(cancelled, 'task')}"
         if skipped:
@@ -113,8 +136,12 @@ class TaskAdmin(admin.ModelAdmin):
             queryset.filter(status__in=ACTIVE, retry_at__isnull=False).values_list("task_id", flat=True)
         )
         total = queryset.count()
-        with _store() as (_, store):
-            done = store.retry_now(ids) if ids else []
+        try:
+            with _store() as (_, store):
+                done = store.retry_now(ids) if ids else []
+        except _Unusable as exc:
+            self.message_user(request, f"Nothing was retried: {exc}.", messages.ERROR)
+            return
         text = f"{_plural(len(done), 'task')} will retry now"
         if total - len(done):
             text += f"; {_plural(total - len(done), 'task')} not waiting for a retry, left as they were"
