@@ -17,7 +17,7 @@ from typing import Final, LiteralString
 
 from mcp_celery_tasks.lifecycle import ACTIVE, WORKING, sql_list
 
-__all__ = ["RELEASE_DUE", "SCHEDULE_RETRY"]
+__all__ = ["RELEASE_DUE", "RETRY_NOW", "SCHEDULE_RETRY"]
 
 _ACTIVE: Final = sql_list(ACTIVE)
 
@@ -61,4 +61,17 @@ SELECT NULL, (
     WHERE retry_at IS NOT NULL AND dispatched_at IS NULL AND status IN {_ACTIVE} AND retry_at > now()
     ORDER BY retry_at LIMIT 1
 )
+"""
+
+# An operator's "retry now" (the Django admin): a retry still waiting for its time falls due at
+# once, and the next release pass (each API process scans at least once a second) puts it in the
+# backlog. Fenced like RELEASE_DUE: only rows still waiting, never a cancelled one, never a
+# terminal task (its state is final); a retry already due, released or running is left alone.
+RETRY_NOW: Final[LiteralString] = f"""
+UPDATE mcp_tasks
+SET retry_at = now(), last_updated_at = now()
+WHERE task_id = ANY(%(task_ids)s)
+  AND retry_at IS NOT NULL AND retry_at > now() AND dispatched_at IS NULL
+  AND status IN {_ACTIVE} AND cancel_requested_at IS NULL
+RETURNING task_id
 """

@@ -535,6 +535,12 @@ class WorkerStore(RegistryCalls):
         after = [float(str(row["next_s"])) for row in rows if row["next_s"] is not None]
         return queues, min(after, default=None)
 
+    def retry_now(self, task_ids: Sequence[str]) -> list[str]:
+        """Make retries still waiting for their time due now (an operator's "retry now"); the
+        ids of those it changed (``retry_queries.RETRY_NOW``: never a terminal or cancelled task)."""
+        rows = self._fetch(retry_queries.RETRY_NOW, {"task_ids": list(task_ids)})
+        return [str(row["task_id"]) for row in rows]
+
     def undispatch(self, job_ids: Sequence[str]) -> int:
         """Put released jobs that could not be published back into the backlog."""
         return self._execute(backlog.UNDISPATCH, {"job_ids": list(job_ids)})

@@ -117,6 +117,28 @@ async def test_cancel_of_a_waiting_retry_ends_it_at_once_and_it_never_comes_due(
     assert store.release_jobs(QUEUE, 10, 0) == []
 
 
+async def test_retry_now_makes_only_a_still_waiting_retry_due_and_never_reopens_a_finished_task(
+    api: ApiStore, store: WorkerStore, db: Db
+) -> None:
+    # The Django admin's "Retry now" (``WorkerStore.retry_now``).
+    retry = await waiting_retry(api, store)
+    cancelled = await waiting_retry(api, store, BOB)
+    await api.request_cancel(cancelled.task_id, BOB)
+    (queued,) = await backlog(api, ALICE, 1)  # never scheduled for a retry
+    (done,) = await backlog(api, BOB, 1)
+    db.execute("UPDATE mcp_tasks SET status = 'failed', retry_at = now() + interval '1 hour' "
+               "WHERE task_id = %s", (done.task_id,))  # fmt: skip
+    ids = [retry.task_id, cancelled.task_id, queued.task_id, done.task_id, "no-such-task"]
+
+    assert store.retry_now(ids) == [retry.task_id]
+    assert store.retry_now(ids) == []  # already due: nothing more to do
+    assert raw_row(db, done.task_id)["status"] == "failed"
+    assert raw_row(db, cancelled.task_id)["status"] == "cancelled"
+    assert store.release_due_retries()[0] == {QUEUE}
+    assert raw_row(db, retry.task_id)["retry_at"] is None
+    assert (retry.job_id, QUEUE) in store.release_jobs(QUEUE, 10, 0)
+
+
 @pytest.mark.parametrize("index", ["ix_mcp_tasks_backlog", "ix_mcp_tasks_retry_wait"])
 def test_the_retry_indexes_exist_with_their_predicates(db: Db, index: str) -> None:
     found = db.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (index,)).fetchone()

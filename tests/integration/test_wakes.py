@@ -17,7 +17,7 @@ from kombu import Queue
 from mcp_celery_tasks.broker import channel
 from mcp_celery_tasks.broker.celery_app import create_app
 from mcp_celery_tasks.broker.channel import Inbox, send_wake
-from mcp_celery_tasks.cli.admin.tasks import _notify_broker
+from mcp_celery_tasks.broker.operator import notify_cancelled
 from mcp_celery_tasks.settings import Settings
 from tests import support
 from tests.support import wait_until
@@ -126,7 +126,7 @@ def test_a_wake_up_names_the_job_and_never_the_task(broker_url: str, inbox: Inbo
 def test_an_operator_cancel_wakes_by_job_id(broker_url: str, inbox: Inbox) -> None:
     # `tasks cancel` of a job waiting for input wakes it the way tasks/cancel does: by job id.
     settings = Settings(database_url=support.dsn_for("unused"), broker_url=broker_url)
-    assert _notify_broker(settings, "job-0815", inbox.name) is None
+    assert notify_cancelled(settings, "job-0815", inbox.name) is None
     assert inbox.wait("job-0815", 5.0)
 
 

@@ -31,13 +31,15 @@ LAYERS: dict[str, frozenset[str]] = {
         {"root", "telemetry", "store", "tools", "broker", "worker", "tasks", "protocol", "api", "client"}
     ),
     "testing": frozenset({"root", "store", "tools", "worker"}),
+    "contrib": frozenset({"root", "store", "broker"}),
     "entry": frozenset({"root", "broker"}),
 }
 """Folder -> the folders its modules may import at run time (its own always). The root's shared
 leaves (errors, lifecycle, settings, wire, transient) are the floor; ``celery_main`` is an entry
 point of Celery's own tools. The server side (tasks, protocol, api) and the worker side (worker,
 maintenance) meet only in the folders both stand on. ``testing`` (the shipped test kit) runs the
-worker side in memory: nothing imports it."""
+worker side in memory: nothing imports it. ``contrib`` holds the optional framework
+integrations (the Django admin app): nothing imports them either."""
 ENTRY_MODULES = frozenset({f"{PACKAGE}.celery_main"})
 SERVER_FOLDERS = frozenset({"tasks", "protocol", "api"})
 WORKER_FOLDERS = frozenset({"worker", "maintenance"})

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any
@@ -239,36 +238,6 @@ def show_task(ref: RefArg, as_json: JsonOpt = False) -> None:
         )
 
 
-def _notify_broker(settings: Settings, job_id: str, inbox: str | None) -> str | None:
-    """Wake a job waiting for input and revoke a queued one; the error if the broker is down.
-
-    The cancel itself is already in Postgres: a job that is not woken sees it at its next
-    checkpoint, so a broker outage only delays the stop. Bounded, never a hang."""
-    from mcp_celery_tasks.broker.celery_app import load_app
-    from mcp_celery_tasks.broker.channel import send_wake
-
-    failure: list[str] = []
-
-    def notify() -> None:
-        try:
-            app = load_app(settings)
-            # The same wake-up rules as tasks/cancel (CancelOutcome.wake_inbox), then revoke.
-            if inbox:
-                send_wake(app, inbox, job_id)  # wake-ups name the job, never the task
-            with app.connection_for_write() as conn:
-                conn.ensure_connection(max_retries=1, timeout=3)
-                app.control.revoke(job_id, connection=conn)
-        except Exception as exc:  # the broker's many error types; the reason is shown, not raised
-            failure.append(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-
-    thread = threading.Thread(target=notify, daemon=True)
-    thread.start()
-    thread.join(10)
-    if thread.is_alive():
-        return "no answer within 10 s"
-    return failure[0] if failure else None
-
-
 @admin_app.command("cancel", cls=PlainHelpCommand)
 def cancel_task(
     ref: RefArg,
@@ -277,13 +246,15 @@ def cancel_task(
     ] = "cancelled by an operator",
 ) -> None:
     """Cancel a task the way tasks/cancel does (the job stops at its next checkpoint)."""
+    from mcp_celery_tasks.broker.operator import notify_cancelled
+
     settings, store = _open()
     with friendly_errors(settings):
         match = _resolve(store, ref)
         cancelled = store.admin_cancel(str(match["task_id"]), reason)
     if not cancelled.cancelled_now or cancelled.task_id is None or cancelled.job_id is None:
         fail(f"task {match['task_id']} is already {match['status']}: nothing to cancel", EXIT_NOT_FOUND)
-    problem = _notify_broker(settings, cancelled.job_id, cancelled.wake_inbox)
+    problem = notify_cancelled(settings, cancelled.job_id, cancelled.wake_inbox)
     typer.echo(f"cancelled task {cancelled.task_id} (job {cancelled.job_id})")
     if problem:
         typer.echo(

@@ -1,0 +1,1 @@
+"""The project's own app: orders, which its MCP tools read and write through the ORM."""
