@@ -3,7 +3,7 @@
 ``expected-passing.txt`` lists every check that passes today, one ``scenario check-id`` per
 line. A listed check that stops passing fails the build; a check that starts passing is
 reported so the list can grow. The list only grows. It is generated from a run:
-``scripts/conformance-allowlist`` runs every scenario (``MCP_TASKS_CONFORMANCE_RECORD``: each
+``scripts/conformance-allowlist`` runs every scenario (``MCP_TASKS_TEST_CONFORMANCE_RECORD``: each
 test writes the checks it saw pass) and rewrites the file, refusing to drop a line unless told.
 """
 
@@ -150,7 +150,7 @@ def run_scenario(url: str, scenario: str, out: Path) -> dict[str, str]:
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_scenario_keeps_every_expected_check_passing(stack: Stack, scenario: str, tmp_path: Path) -> None:
     statuses = run_scenario(stack.url, scenario, tmp_path)
-    record = os.environ.get("MCP_TASKS_CONFORMANCE_RECORD")
+    record = os.environ.get("MCP_TASKS_TEST_CONFORMANCE_RECORD")
     if record:  # scripts/conformance-allowlist: what passed, for the allowlist
         passed = sorted(check for check, status in statuses.items() if status == "SUCCESS")
         (Path(record) / f"{scenario}.txt").write_text("".join(f"{scenario} {check}\n" for check in passed))
