@@ -16,6 +16,7 @@ import pytest
 from mcp_types import jsonrpc as codes
 
 from tests import support
+from tests.e2e.test_push import listen
 from tests.support import Client, Stack, meta, wait_until
 
 TOKENS = {"alice": "alice-token", "bob": "bob-token"}
@@ -124,19 +125,7 @@ def test_authenticated_tasks_are_invisible_to_the_anonymous_api(client: Client, 
 
 def _listen_as(url: str, token: str, task_ids: list[str]) -> list[dict[str, Any]]:
     """The messages of a ``subscriptions/listen`` stream for ``task_ids``, sent with ``token``."""
-    body = {
-        "jsonrpc": "2.0",
-        "id": 5,
-        "method": "subscriptions/listen",
-        "params": {"notifications": {"taskIds": task_ids}, "_meta": meta()},
-    }
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": support.VERSION,
-        "Mcp-Method": "subscriptions/listen",
-        "Authorization": f"Bearer {token}",
-    }
-    response = httpx.post(url, json=body, headers=headers, timeout=60)
+    response = listen(url, task_ids, request_id=5, token=token)
     assert response.status_code == 200, response.text
     return [json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")]
 

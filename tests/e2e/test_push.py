@@ -25,7 +25,9 @@ def second_api(stack: Stack) -> Iterator[str]:
     proc.stop()
 
 
-def listen(url: str, task_ids: list[str], *, extension: bool = True, request_id: int = 42) -> httpx.Response:
+def listen(
+    url: str, task_ids: list[str], *, extension: bool = True, request_id: int = 42, token: str | None = None
+) -> httpx.Response:
     body = {
         "jsonrpc": "2.0",
         "id": request_id,
@@ -36,6 +38,7 @@ def listen(url: str, task_ids: list[str], *, extension: bool = True, request_id:
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": "2026-07-28",
         "Mcp-Method": "subscriptions/listen",
+        **({"Authorization": f"Bearer {token}"} if token else {}),
     }
     return httpx.post(url, json=body, headers=headers, timeout=60)
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import jwt
 import pytest
 
+from mcp_celery_tasks.api import auth
 from mcp_celery_tasks.api.auth import ANONYMOUS, Authenticator, Unauthorized
 from mcp_celery_tasks.settings import Settings
 
@@ -133,22 +136,22 @@ def test_a_jwt_without_a_required_scope_is_refused_and_the_challenge_names_it() 
     assert "mcp" in required.metadata("https://mcp.example/")["scopes_supported"]
 
 
-def test_an_unknown_kid_fetches_the_jwks_at_most_once_per_cooldown() -> None:
-    """A token whose ``kid`` the issuer's keys lack (any characters: it once reached the 401
-    header and made it HTTP 500) is refused with fixed text, and random ``kid``s cannot make
-    each request a JWKS fetch."""
-    fetches: list[float] = []
+@contextlib.contextmanager
+def _issuer(status: int, fetches: list[float]) -> Iterator[Authenticator]:
+    """An Authenticator whose JWKS URL is a local issuer answering ``status`` (200: one HMAC
+    key ``k1``), each fetch noted in ``fetches``."""
 
     class Jwks(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             fetches.append(time.monotonic())
             body = json.dumps(
                 {"keys": [{"kty": "oct", "kid": "k1", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTEyMw"}]}
-            )
-            self.send_response(200)
+            ).encode()
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
-            self.wfile.write(body.encode())
+            if status == 200:
+                self.wfile.write(body)
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -156,45 +159,35 @@ def test_an_unknown_kid_fetches_the_jwks_at_most_once_per_cooldown() -> None:
     server = HTTPServer(("127.0.0.1", 0), Jwks)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        checker = Authenticator(
+        yield Authenticator(
             Settings(jwt_issuer=ISSUER, jwt_audience="mcp", jwt_algorithms=["HS256"], resource_url="https://m.example/mcp",
                      jwt_jwks_url=f"http://127.0.0.1:{server.server_port}/jwks.json")
         )  # fmt: skip
+    finally:
+        server.shutdown()
+
+
+def test_an_unknown_kid_fetches_the_jwks_at_most_once_per_cooldown() -> None:
+    """A token whose ``kid`` the issuer's keys lack (any characters: it once reached the 401
+    header and made it HTTP 500) is refused with fixed text, and random ``kid``s cannot make
+    each request a JWKS fetch."""
+    fetches: list[float] = []
+    with _issuer(200, fetches) as checker:
         payload = {"iss": ISSUER, "sub": "u", "aud": "mcp", "exp": int(time.time()) + 60}
         for kid in ("\u043a\u043b\u044e\u0447", "x" * 5000, "k2", "k3"):
             forged = jwt.encode(payload, SECRET, algorithm="HS256", headers={"kid": kid})
             with pytest.raises(Unauthorized) as refused:
                 checker.identity("Bearer " + forged)
             assert str(refused.value) == "the token is signed with an unknown key"
-        assert len(fetches) == 1  # the first lookup; every unknown kid after it waits for the cooldown
-    finally:
-        server.shutdown()
+    assert len(fetches) == 1  # the first lookup; every unknown kid after it waits for the cooldown
 
 
 def test_a_failed_jwks_fetch_is_not_retried_until_its_cooldown_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     """An issuer that is down costs one fetch per cooldown, not one per request (a flood of
     tokens must not become a flood of requests to the issuer), and is asked again after it."""
-    from mcp_celery_tasks.api import auth
-
     monkeypatch.setattr(auth, "KEY_FAILURE_COOLDOWN_S", 0.5)
     fetches: list[float] = []
-
-    class Down(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            fetches.append(time.monotonic())
-            self.send_response(503)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Down)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        checker = Authenticator(
-            Settings(jwt_issuer=ISSUER, jwt_audience="mcp", jwt_algorithms=["HS256"], resource_url="https://m.example/mcp",
-                     jwt_jwks_url=f"http://127.0.0.1:{server.server_port}/jwks.json")
-        )  # fmt: skip
+    with _issuer(503, fetches) as checker:
         forged = "Bearer " + jwt.encode({"sub": "u"}, SECRET, algorithm="HS256", headers={"kid": "k1"})
         for _ in range(20):
             with pytest.raises(Unauthorized, match="cannot be fetched now"):
@@ -204,5 +197,3 @@ def test_a_failed_jwks_fetch_is_not_retried_until_its_cooldown_ends(monkeypatch:
         with pytest.raises(Unauthorized, match="cannot be fetched now"):
             checker.identity(forged)
         assert len(fetches) == 2
-    finally:
-        server.shutdown()
