@@ -149,7 +149,9 @@ def test_slow_connections_cannot_starve_the_process(edge: tuple[Proc, str]) -> N
     try:
         started = time.monotonic()
         assert httpx.get(health, timeout=5).status_code == 200  # everyone else is still served
-        assert time.monotonic() - started < 1.0
+        # Starved, it would wait for the idle ones' request-head timeout (2 s); 1.05 s was seen on
+        # a 2-core runner under a second suite's load, so the bound sits between the two.
+        assert time.monotonic() - started < 1.6
         # Beyond its 300 connections the client's sockets were closed at once; the rest go when
         # the request-head timeout (2 s) runs out.
         time.sleep(3.0)
