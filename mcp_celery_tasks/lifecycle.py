@@ -24,6 +24,7 @@ from typing import Final, Literal, get_args
 
 __all__ = [
     "ACTIVE",
+    "ALL_GROUPS",
     "CANCELLED",
     "CHECK",
     "COMPLETED",
@@ -80,3 +81,8 @@ def guard(target: Status, column: str = "status") -> str:
 
 CHECK: Final = f"status IN {sql_list(ALL)}"
 """The table's CHECK constraint: a status is one of the five."""
+
+
+ALL_GROUPS: Final = "*"
+"""``mcp_tool_limits.concurrency_group`` of an admin's override for every concurrency group of a
+tool (``tools.concurrency``); a group's own label is never ``*``."""

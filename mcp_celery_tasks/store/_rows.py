@@ -38,6 +38,8 @@ def new_task_params(task: NewTask) -> dict[str, object]:
         "idempotency_key": task.idempotency_key,
         "request_digest": task.request_digest,
         "synchronous": task.synchronous,
+        "concurrency_group": task.concurrency_group,
+        "concurrency_limit": task.concurrency_limit,
     }
 
 

@@ -118,26 +118,3 @@ SELECT principal, max_active_tasks, creates_per_second, create_burst, max_concur
        max_waiting_inputs, note, updated_at
 FROM mcp_principal_limits ORDER BY principal
 """
-
-
-SET_PRINCIPAL_LIMITS: Final[LiteralString] = """
-INSERT INTO mcp_principal_limits (principal, max_active_tasks, creates_per_second, create_burst,
-    max_concurrent_requests, max_waiting_inputs, note, updated_at)
-VALUES (%(principal)s, %(max_active_tasks)s, %(creates_per_second)s, %(create_burst)s,
-    %(max_concurrent_requests)s, %(max_waiting_inputs)s, %(note)s, now())
-ON CONFLICT (principal) DO UPDATE SET
-    max_active_tasks = COALESCE(EXCLUDED.max_active_tasks, mcp_principal_limits.max_active_tasks),
-    creates_per_second = COALESCE(EXCLUDED.creates_per_second, mcp_principal_limits.creates_per_second),
-    create_burst = COALESCE(EXCLUDED.create_burst, mcp_principal_limits.create_burst),
-    max_concurrent_requests = COALESCE(EXCLUDED.max_concurrent_requests,
-                                       mcp_principal_limits.max_concurrent_requests),
-    max_waiting_inputs = COALESCE(EXCLUDED.max_waiting_inputs, mcp_principal_limits.max_waiting_inputs),
-    note = COALESCE(EXCLUDED.note, mcp_principal_limits.note),
-    updated_at = now()
-RETURNING principal
-"""
-
-
-CLEAR_PRINCIPAL_LIMITS: Final[LiteralString] = """
-DELETE FROM mcp_principal_limits WHERE principal = %(principal)s RETURNING principal
-"""

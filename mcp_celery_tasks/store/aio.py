@@ -18,7 +18,15 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import _rows, admin_queries, backlog, fleet_queries, queries, session_queries
+from mcp_celery_tasks.store import (
+    _rows,
+    admin_queries,
+    backlog,
+    fleet_queries,
+    limit_queries,
+    queries,
+    session_queries,
+)
 from mcp_celery_tasks.store._conninfo import connect_kwargs
 from mcp_celery_tasks.store.fleet import DemandRow
 from mcp_celery_tasks.store.records import (
@@ -259,6 +267,16 @@ class ApiStore:
         params = {"task_id": task_id, "cap": cap}
         rows = await self._rows(backlog.QUEUE_POSITION, params, typed_rows(QueuePosition))
         return (int(rows[0]["ahead"]), bool(rows[0]["capped"])) if rows else None
+
+    async def group_wait(self, task_id: str) -> tuple[str, str, int, int] | None:
+        """(tool, group, limit in force, runs in flight) of a backlog task of a tool with a
+        concurrency limit; None for any other task (``limit_queries.GROUP_WAIT``)."""
+        rows = await self._fetch(limit_queries.GROUP_WAIT, {"task_id": task_id})
+        if not rows:
+            return None
+        row = rows[0]
+        tool, group = str(row["tool_name"]), str(row["concurrency_group"])
+        return tool, group, int(str(row["in_force"])), int(str(row["running"]))
 
     async def get_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:
         """Rows for the event hub (ownership is checked by whoever registered the watch)."""

@@ -12,6 +12,9 @@ Every statement reads through the partial indexes ``ix_mcp_tasks_backlog`` (queu
 created_at) and ``ix_mcp_tasks_inflight`` (queue, owner): a pass costs the number of principals
 with a backlog plus the jobs in flight, never the size of the backlog.
 
+**Concurrency limits** (``tools.concurrency``) are applied in the same pass: a job whose group is
+full is skipped, so it waits in the backlog holding no slot and no broker message.
+
 **Retries** waiting for their time (``retry_at`` set, ``store.retry_queries``) are backlog rows
 left out of the backlog index: every backlog predicate here says ``retry_at IS NULL`` (the
 index's predicate), and the release pass first clears ``retry_at`` of the due ones.
@@ -28,9 +31,11 @@ __all__ = [
     "BACKLOG_QUEUES",
     "LOCK_QUEUE",
     "LOCK_WAITING",
+    "NO_JIT",
     "QUEUED_COUNTS",
     "QUEUE_POSITION",
     "RELEASE",
+    "RELEASE_LIMITED",
     "UNDISPATCH",
     "WAITING_QUOTA",
 ]
@@ -44,6 +49,12 @@ _ACTIVE: Final = sql_list(ACTIVE)
 # the WAL up to itself, earlier releases included, so a job that started is never seen unreleased.
 # Saves one flush per job on the create path (docs/PERFORMANCE.md, "Third round").
 ASYNC_COMMIT: Final[LiteralString] = "SET LOCAL synchronous_commit = off"
+
+# Nor is the release worth compiling: its estimate grows with the backlog (a concurrency group's
+# room is a subquery per row looked at) and crosses ``jit_above_cost`` long before it costs a
+# millisecond, and JIT then spends seconds compiling a statement that runs in a few (measured:
+# 2.2 s of JIT for a 50 ms release past 10,000 jobs of a full group; tests/bench/concurrency_bench.py).
+NO_JIT: Final[LiteralString] = "SET LOCAL jit = off"
 
 # One release pass per queue at a time, across every API process and the sweeper.
 LOCK_QUEUE: Final[LiteralString] = "SELECT pg_advisory_xact_lock(hashtext('mcp-dispatch:' || %(queue)s))"
@@ -63,12 +74,13 @@ WITH RECURSIVE q AS (
 SELECT queue FROM q WHERE queue IS NOT NULL LIMIT 1000
 """
 
-# Release up to ``ahead`` minus the queued jobs of ``queue``, round-robin by principal: a job's
-# turn is its owner's jobs in flight plus its rank in the owner's backlog; lowest turn first,
-# then the oldest. Marked published here, in the same statement; the caller publishes them (and
-# puts back those it could not publish). A principal's override of ``max_waiting_inputs``
-# (``mcp_principal_limits``) replaces ``max_waiting``; 0 means no limit.
-RELEASE: Final[LiteralString] = f"""
+# Whether the queue's backlog holds jobs of a limited tool (``ix_mcp_tasks_limited_backlog``: one
+# probe of an index that is empty while no tool has a limit).
+_LIMITED_WAITING: Final = f"""EXISTS (
+    SELECT 1 FROM mcp_tasks WHERE queue = %(queue)s AND concurrency_limit IS NOT NULL
+      AND dispatched_at IS NULL AND retry_at IS NULL AND status IN {_ACTIVE})"""
+
+_OWNERS_INFLIGHT: Final = f"""
 WITH RECURSIVE owners AS (
     (SELECT owner FROM mcp_tasks
      WHERE queue = %(queue)s AND dispatched_at IS NULL AND retry_at IS NULL AND status IN {_ACTIVE}
@@ -96,14 +108,38 @@ WITH RECURSIVE owners AS (
     LEFT JOIN mcp_principal_limits l ON l.principal = o.owner
     WHERE COALESCE(l.max_waiting_inputs, %(max_waiting)s) <= 0
        OR COALESCE(i.waiting, 0) < COALESCE(l.max_waiting_inputs, %(max_waiting)s)
-), candidates AS (
+)"""
+
+_BACKLOG_ROW: Final = f"""t.queue = %(queue)s AND t.owner = e.owner
+              AND t.dispatched_at IS NULL AND t.retry_at IS NULL AND t.status IN {_ACTIVE}"""
+
+_MARK_AND_RETURN: Final = f"""upd AS (
+    UPDATE mcp_tasks t SET dispatched_at = now()
+    FROM picked
+    WHERE t.task_id = picked.task_id AND t.dispatched_at IS NULL AND t.status IN {_ACTIVE}
+    RETURNING t.job_id, t.queue, t.task_id, picked.turn, picked.created_at
+)
+-- In turn order: the broker hands them out first in, first out. Each row also says how much
+-- room the queue had, how many candidates their groups held back, and whether jobs of limited
+-- tools wait in the backlog; nothing released still gives one row (NULL job) with these."""
+
+# Release up to ``ahead`` minus the queued jobs of ``queue``, round-robin by principal: a job's
+# turn is its owner's jobs in flight plus its rank in the owner's backlog; lowest turn first,
+# then the oldest. Marked published here, in the same statement; the caller publishes them (and
+# puts back those it could not publish). A principal's override of ``max_waiting_inputs``
+# (``mcp_principal_limits``) replaces ``max_waiting``; 0 means no limit.
+#
+# This statement leaves jobs of limited tools alone and says whether any wait (``limited``): the
+# store then runs ``RELEASE_LIMITED`` for the queue, and keeps doing so while they do. A queue
+# without them pays for concurrency limits one probe of an empty index and one NULL test per job
+# looked at (tests/bench/concurrency_bench.py).
+RELEASE: Final[LiteralString] = f"""{_OWNERS_INFLIGHT}, candidates AS (
     SELECT c.task_id, c.created_at, e.n + c.rank AS turn
     FROM eligible e CROSS JOIN free CROSS JOIN LATERAL (
         SELECT b.task_id, b.created_at, row_number() OVER (ORDER BY b.created_at, b.task_id) AS rank
         FROM (
             SELECT t.task_id, t.created_at FROM mcp_tasks t
-            WHERE t.queue = %(queue)s AND t.owner = e.owner
-              AND t.dispatched_at IS NULL AND t.retry_at IS NULL AND t.status IN {_ACTIVE}
+            WHERE {_BACKLOG_ROW} AND t.concurrency_limit IS NULL
             ORDER BY t.created_at, t.task_id
             LIMIT free.n
         ) b
@@ -112,15 +148,69 @@ WITH RECURSIVE owners AS (
 ), picked AS (
     SELECT task_id, turn, created_at FROM candidates
     ORDER BY turn, created_at, task_id LIMIT (SELECT n FROM free)
-), upd AS (
-    UPDATE mcp_tasks t SET dispatched_at = now()
-    FROM picked
-    WHERE t.task_id = picked.task_id AND t.dispatched_at IS NULL AND t.status IN {_ACTIVE}
-    RETURNING t.job_id, t.queue, t.task_id, picked.turn, picked.created_at
-)
--- In turn order: the broker hands them out first in, first out. Each row also says how much
--- room the queue had; nothing released still gives one row (NULL job) with the room.
-SELECT u.job_id, u.queue, f.n AS room
+), {_MARK_AND_RETURN}
+SELECT u.job_id, u.queue, f.n AS room, 0 AS held, {_LIMITED_WAITING} AS limited
+FROM free f LEFT JOIN upd u ON true
+ORDER BY u.turn, u.created_at, u.task_id
+"""
+
+# The room left in the group of backlog row ``t``: the limit in force (an admin's override of its
+# group, else of every group of its tool, else the declared one) less the group's jobs in flight.
+_GROUP_ROOM: Final = """(COALESCE(
+        (SELECT l.concurrency FROM mcp_tool_limits l
+         WHERE l.tool_name = t.tool_name AND l.concurrency_group = t.concurrency_group),
+        (SELECT l.concurrency FROM mcp_tool_limits l
+         WHERE l.tool_name = t.tool_name AND l.concurrency_group = '*'),
+        t.concurrency_limit)
+    - COALESCE((SELECT u.n FROM busy u
+                WHERE u.tool_name = t.tool_name AND u.concurrency_group = t.concurrency_group), 0))"""
+
+# ``RELEASE`` with concurrency limits (``tools.concurrency``): a job of a limited tool is a
+# candidate only while its group (tool, ``concurrency_group``) has fewer jobs in flight than its
+# limit, so jobs waiting for a full group are skipped before the per-owner LIMIT and never hide an
+# eligible job behind them (a pass still walks past them: 10,000 of them cost ~20 ms). Within one
+# pass a group takes at most its room, lowest turn first (principals take turns inside a group
+# too); ``held`` counts the candidates left for that reason: the caller runs the pass again, since
+# they may have kept other groups' jobs out of it.
+RELEASE_LIMITED: Final[LiteralString] = f"""{_OWNERS_INFLIGHT}, busy AS MATERIALIZED (
+    -- Concurrency groups with jobs in flight (``ix_mcp_tasks_concurrency``).
+    SELECT tool_name, concurrency_group, count(*)::int AS n
+    FROM mcp_tasks
+    WHERE concurrency_limit IS NOT NULL AND dispatched_at IS NOT NULL AND suspended_at IS NULL
+      AND status IN {_ACTIVE}
+    GROUP BY tool_name, concurrency_group
+), candidates AS (
+    SELECT c.task_id, c.created_at, e.n + c.rank AS turn, c.tool_name, c.concurrency_group, c.group_room
+    FROM eligible e CROSS JOIN free CROSS JOIN LATERAL (
+        SELECT b.*, row_number() OVER (ORDER BY b.created_at, b.task_id) AS rank
+        FROM (
+            SELECT t.task_id, t.created_at, t.tool_name, t.concurrency_group,
+                   CASE WHEN t.concurrency_limit IS NOT NULL THEN {_GROUP_ROOM} END AS group_room
+            FROM mcp_tasks t
+            WHERE {_BACKLOG_ROW}
+              -- Evaluated left to right: a job of a tool without a limit costs one NULL test.
+              AND (t.concurrency_limit IS NULL OR {_GROUP_ROOM} > 0)
+            ORDER BY t.created_at, t.task_id
+            LIMIT free.n
+        ) b
+    ) c
+    WHERE free.n > 0
+), ranked AS (
+    SELECT c.task_id, c.turn, c.created_at, c.group_room, row_number() OVER (
+        PARTITION BY c.tool_name, c.concurrency_group ORDER BY c.turn, c.created_at, c.task_id
+    ) AS group_rank
+    FROM candidates c WHERE c.group_room IS NOT NULL
+), picked AS (
+    SELECT task_id, turn, created_at FROM (
+        SELECT task_id, turn, created_at FROM candidates WHERE group_room IS NULL
+        UNION ALL
+        SELECT task_id, turn, created_at FROM ranked WHERE group_rank <= group_room
+    ) p
+    ORDER BY turn, created_at, task_id LIMIT (SELECT n FROM free)
+), {_MARK_AND_RETURN}
+SELECT u.job_id, u.queue, f.n AS room,
+       (SELECT count(*) FROM ranked WHERE group_rank > group_room)::int AS held,
+       {_LIMITED_WAITING} AS limited
 FROM free f LEFT JOIN upd u ON true
 ORDER BY u.turn, u.created_at, u.task_id
 """

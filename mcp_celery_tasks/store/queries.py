@@ -54,11 +54,13 @@ TO_FAILED: Final = guard(FAILED)
 _INSERT_TASK: Final = f"""
 INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, preflight, status, status_message,
     ttl_ms, retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,
-    client_capabilities, client_info, session_id, log_level, idempotency_key, request_digest, synchronous)
+    client_capabilities, client_info, session_id, log_level, idempotency_key, request_digest, synchronous,
+    concurrency_group, concurrency_limit)
 SELECT %(task_id)s, %(job_id)s, %(owner)s, %(tool_name)s, %(arguments)s, %(preflight)s, '{WORKING}',
     %(status_message)s, %(ttl_ms)s, %(retention_ms)s, %(poll_interval_ms)s, %(queue)s,
     %(max_attempts)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s, %(session_id)s,
-    %(log_level)s, %(idempotency_key)s, %(request_digest)s, %(synchronous)s
+    %(log_level)s, %(idempotency_key)s, %(request_digest)s, %(synchronous)s,
+    %(concurrency_group)s, %(concurrency_limit)s
 WHERE (%(max_active)s::int IS NULL OR (
     SELECT count(*) FROM (
         SELECT 1 FROM mcp_tasks WHERE owner = %(owner)s AND status IN {ACTIVE_SQL} LIMIT %(max_active)s

@@ -65,6 +65,9 @@ class NewTask:
     """What a keyed call asked for (tool and arguments), to tell a retry from a reused key."""
     synchronous: bool = False
     """A plain ``tools/call`` waits for this run (no task handle was given)."""
+    concurrency_group: str | None = None
+    concurrency_limit: int | None = None
+    """The tool's concurrency group of this call and its declared limit (``tools.concurrency``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_sessions": _ALL,
         "mcp_spent_request_states": ("SELECT", "INSERT", "UPDATE"),  # a state's one use
         "mcp_principal_limits": _READ,
+        "mcp_tool_limits": _READ,  # the fair release applies tool concurrency overrides
         "mcp_maintenance": _ALL,  # the publisher records the broker's outages, and their ends
         "mcp_tasks_overview": _READ,
         "mcp_workers": _READ,  # the demand gauges: live workers' queues and slots
@@ -66,6 +67,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_checkpoints": _ALL,  # a save replaces the previous checkpoint's chunks
         "mcp_task_checkpoint_chunks": _ALL,
         "mcp_principal_limits": _READ,
+        "mcp_tool_limits": _READ,
         "mcp_maintenance": _ALL,
         "mcp_workers": _ALL,  # its own row: register, heartbeat, deregister
         "alembic_version": _READ,
@@ -78,6 +80,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_spent_request_states": ("SELECT", "DELETE"),  # expired ones
         "mcp_task_checkpoints": _READ,  # steps and checkpoints go with their task (cascade)
         "mcp_principal_limits": _READ,
+        "mcp_tool_limits": _READ,  # the sweeper's release pass
         "mcp_maintenance": _ALL,
         "mcp_workers": _ALL,  # its own row, the beats it hears from, and the long-dead rows
         "alembic_version": _READ,
@@ -92,6 +95,8 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_sessions": _ALL,
         "mcp_spent_request_states": _ALL,
         "mcp_principal_limits": _ALL,
+        "mcp_tool_limits": _ALL,
+        "mcp_limit_changes": ("SELECT", "INSERT"),  # the audit is appended to, never rewritten
         "mcp_maintenance": _ALL,
         "mcp_workers": _ALL,
         "mcp_tasks_overview": _READ,

@@ -155,6 +155,8 @@ class ReleaseRow(TypedDict):
     job_id: str | None
     queue: str | None
     room: int
+    held: int
+    limited: bool
 
 
 class QueueCount(TypedDict):

@@ -14,6 +14,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Identity,
     Index,
     Integer,
     LargeBinary,
@@ -32,6 +33,7 @@ from mcp_celery_tasks.store.queries import NOTIFY_CHANNEL
 __all__ = [
     "NOTIFY_CHANNEL",
     "VIEWS",
+    "limit_changes",
     "maintenance",
     "metadata",
     "principal_limits",
@@ -43,6 +45,7 @@ __all__ = [
     "task_logs",
     "task_steps",
     "tasks",
+    "tool_limits",
     "workers",
 ]
 
@@ -115,6 +118,10 @@ tasks = Table(
     Column("request_digest", Text, nullable=True),
     # A retry's "not before" (``store.retry_queries``): set, the job waits outside the backlog.
     Column("retry_at", DateTime(timezone=True), nullable=True),
+    # Migration 0020: a tool's concurrency limit (``store.backlog.RELEASE``): the group ('' for
+    # the whole tool, else its key's label, ``model=moons``) and the declared limit.
+    Column("concurrency_group", Text, nullable=True),
+    Column("concurrency_limit", Integer, nullable=True),
     CheckConstraint(STATUS_CHECK, name="status"),
     Index("ix_mcp_tasks_expires_at", "expires_at"),
     Index("ix_mcp_tasks_owner_created_at", "owner", "created_at"),
@@ -132,8 +139,18 @@ tasks = Table(
         "owner",
         "created_at",
         "task_id",
+        postgresql_include=["concurrency_limit"],  # 0020: the plain release skips limited jobs
         postgresql_where=text(
             f"dispatched_at IS NULL AND retry_at IS NULL AND status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"
+        ),
+    ),
+    # Queues whose backlog holds jobs of a limited tool (``backlog.RELEASE_LIMITED`` runs for them).
+    Index(
+        "ix_mcp_tasks_limited_backlog",
+        "queue",
+        postgresql_where=text(
+            "concurrency_limit IS NOT NULL AND dispatched_at IS NULL AND retry_at IS NULL"
+            f" AND status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"
         ),
     ),
     # Retries waiting for their time, soonest first: the release pass moves the due ones into
@@ -175,6 +192,16 @@ tasks = Table(
         "idempotency_key",
         unique=True,
         postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
+    # A concurrency group's jobs in flight (published or running, not suspended).
+    Index(
+        "ix_mcp_tasks_concurrency",
+        "tool_name",
+        "concurrency_group",
+        postgresql_where=text(
+            "concurrency_limit IS NOT NULL AND dispatched_at IS NOT NULL AND suspended_at IS NULL"
+            f" AND status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"
+        ),
     ),
     Index(
         "ix_mcp_tasks_session_created_at",
@@ -232,6 +259,35 @@ principal_limits = Table(
     Column("max_waiting_inputs", Integer, nullable=True),
     Column("note", Text, nullable=True),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+# Migration 0020: admins' overrides of tool concurrency limits (``'*'``: every group of the
+# tool), and the audit of every limit change (principal and tool limits).
+tool_limits = Table(
+    "mcp_tool_limits",
+    metadata,
+    Column("tool_name", Text, nullable=False),
+    Column("concurrency_group", Text, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("note", Text, nullable=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("updated_by", Text, nullable=True),
+    PrimaryKeyConstraint("tool_name", "concurrency_group"),
+    CheckConstraint("concurrency >= 0", name="concurrency"),
+)
+
+limit_changes = Table(
+    "mcp_limit_changes",
+    metadata,
+    Column("id", BigInteger, Identity(), nullable=False),
+    Column("changed_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("actor", Text, nullable=False),
+    Column("target", Text, nullable=False),
+    Column("field", Text, nullable=False),
+    Column("old_value", Text, nullable=True),
+    Column("new_value", Text, nullable=True),
+    PrimaryKeyConstraint("id"),
+    Index("ix_mcp_limit_changes_changed_at", "changed_at"),
 )
 
 sessions = Table(

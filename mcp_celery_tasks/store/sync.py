@@ -28,12 +28,13 @@ from mcp_celery_tasks.store import (
     admin_queries,
     backlog,
     queries,
-    retry_queries,
     session_queries,
     step_queries,
 )
 from mcp_celery_tasks.store._conninfo import connect_kwargs
+from mcp_celery_tasks.store.dispatch_calls import DispatchCalls
 from mcp_celery_tasks.store.fleet import RegistryCalls
+from mcp_celery_tasks.store.limit_calls import LimitCalls
 from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputItem, InputRecord
 from mcp_celery_tasks.store.row_types import (
     CancelRow,
@@ -45,11 +46,7 @@ from mcp_celery_tasks.store.row_types import (
     JobId,
     JobQueue,
     JobState,
-    PrincipalLimits,
-    QueueCount,
-    QueuePosition,
     QueueRow,
-    ReleaseRow,
     Seconds,
     StepEntry,
     StepResultRow,
@@ -74,7 +71,7 @@ class _NotOurs(Exception):
     """Raised inside a transaction to roll it back: the task is not this worker's any more."""
 
 
-class WorkerStore(RegistryCalls):
+class WorkerStore(RegistryCalls, DispatchCalls, LimitCalls):
     """Synchronous store operations for workers, beat jobs and the publisher thread (and the
     worker registry's: ``fleet``)."""
 
@@ -386,12 +383,6 @@ class WorkerStore(RegistryCalls):
         """Per queue and principal: backlog, queued in the broker, running, waiting for input."""
         return self._fetch(admin_queries.ADMIN_PRINCIPALS, {"limit": limit})
 
-    def queue_position(self, task_id: str, cap: int = 500) -> tuple[int, bool] | None:
-        """A backlog task's place in line (``ApiStore.queue_position``), for admins."""
-        params = {"task_id": task_id, "cap": cap}
-        rows = self._rows(backlog.QUEUE_POSITION, params, typed_rows(QueuePosition))
-        return (int(rows[0]["ahead"]), bool(rows[0]["capped"])) if rows else None
-
     def admin_show(self, ref: str) -> tuple[Mapping[str, object], list[Mapping[str, object]]] | None:
         """A task by task id or job id, with every input request it made."""
         rows = self._fetch(admin_queries.ADMIN_SHOW, {"ref": ref})
@@ -409,20 +400,6 @@ class WorkerStore(RegistryCalls):
         params: dict[str, object] = {"status": None, "tool": None, "owner": None}
         params.update(filters)
         return self._execute(admin_queries.ADMIN_PURGE, {**params, "older_than_s": older_than_s})
-
-    def principal_limits(self) -> list[PrincipalLimits]:
-        return self._rows(admin_queries.PRINCIPAL_LIMITS, {}, typed_rows(PrincipalLimits))
-
-    def set_principal_limits(self, principal: str, **limits: object) -> None:
-        """Override some of a principal's limits (None leaves one as it was)."""
-        names = ("max_active_tasks", "creates_per_second", "create_burst", "max_concurrent_requests",
-                 "max_waiting_inputs", "note")  # fmt: skip
-        self._fetch(
-            admin_queries.SET_PRINCIPAL_LIMITS, {"principal": principal, **{n: limits.get(n) for n in names}}
-        )
-
-    def clear_principal_limits(self, principal: str) -> bool:
-        return bool(self._fetch(admin_queries.CLEAR_PRINCIPAL_LIMITS, {"principal": principal}))
 
     # ---- publisher and maintenance ---------------------------------------------------------
 
@@ -491,69 +468,6 @@ class WorkerStore(RegistryCalls):
         return [(row["job_id"], row["queue"]) for row in rows]
 
     # ---- fair dispatch ------------------------------------------------------------------------
-
-    def backlog_queues(self) -> list[str]:
-        """Queues with jobs waiting in the backlog (never published)."""
-        return [row["queue"] for row in self._rows(backlog.BACKLOG_QUEUES, {}, typed_rows(QueueRow))]
-
-    def release_jobs(self, queue: str, ahead: int, max_waiting: int) -> list[tuple[str, str]]:
-        """Mark the next jobs of ``queue`` published, round-robin by principal, so that at most
-        ``ahead`` wait in the broker (``store.backlog.RELEASE``); the caller publishes them."""
-        return self.release(queue, ahead, max_waiting)[0]
-
-    def release(self, queue: str, ahead: int, max_waiting: int) -> tuple[list[tuple[str, str]], int]:
-        """``release_jobs``, and the room the queue had in the broker before this release: fewer
-        released than that means nothing eligible is left in its backlog."""
-        params = {"queue": queue, "ahead": ahead, "max_waiting": max_waiting}
-        # One round trip: BEGIN, the asynchronous commit, the queue's lock, the release and COMMIT
-        # are pipelined.
-        with self._connection() as conn, conn.pipeline():
-            with conn.transaction():
-                conn.execute(backlog.ASYNC_COMMIT)
-                conn.execute(backlog.LOCK_QUEUE, params)
-                cursor = conn.cursor(row_factory=typed_rows(ReleaseRow)).execute(backlog.RELEASE, params)
-            rows = cursor.fetchall()
-        room = int(rows[0]["room"]) if rows else 0
-        # A release of none is one row of nulls (and the room).
-        jobs = [(row["job_id"], row["queue"]) for row in rows]
-        return [(job, queue) for job, queue in jobs if job is not None and queue is not None], room
-
-    def schedule_retry(
-        self, task_id: str, worker: str, delay_s: float, message: str, kind: str, detail: str
-    ) -> bool:
-        """Put the job back in the backlog to run again after ``delay_s`` (``retry_queries``);
-        False if not ours any more, cancelled, or out of attempts."""
-        params = {"task_id": task_id, "worker": worker, "delay_s": delay_s, "message": message,
-                  "kind": kind, "detail": detail}  # fmt: skip
-        return bool(self._fetch(retry_queries.SCHEDULE_RETRY, params))
-
-    def release_due_retries(self, limit: int = 1000) -> tuple[set[str], float | None]:
-        """Due retries join the backlog; returns their queues, and in how many seconds the next
-        waiting retry falls due (None: no retry waits)."""
-        rows = self._fetch(retry_queries.RELEASE_DUE, {"limit": limit})
-        queues = {str(row["queue"]) for row in rows if row["queue"] is not None}
-        after = [float(str(row["next_s"])) for row in rows if row["next_s"] is not None]
-        return queues, min(after, default=None)
-
-    def retry_now(self, task_ids: Sequence[str]) -> list[str]:
-        """Make retries still waiting for their time due now (an operator's "retry now"); the
-        ids of those it changed (``retry_queries.RETRY_NOW``: never a terminal or cancelled task)."""
-        rows = self._fetch(retry_queries.RETRY_NOW, {"task_ids": list(task_ids)})
-        return [str(row["task_id"]) for row in rows]
-
-    def undispatch(self, job_ids: Sequence[str]) -> int:
-        """Put released jobs that could not be published back into the backlog."""
-        return self._execute(backlog.UNDISPATCH, {"job_ids": list(job_ids)})
-
-    def queued_counts(self, older_than_s: float) -> dict[str, tuple[int, int]]:
-        """Per queue: (published jobs no worker holds, those of them older than ``older_than_s``)."""
-        rows = self._rows(backlog.QUEUED_COUNTS, {"older_than_s": older_than_s}, typed_rows(QueueCount))
-        return {row["queue"]: (int(row["queued"]), int(row["old"])) for row in rows}
-
-    def broker_down(self, down: bool) -> None:
-        """Record that the broker could not be reached (kept from the first failure on), or that
-        it could again; the sweeper fails backlog jobs only after a long outage."""
-        self._execute(queries.BROKER_DOWN if down else queries.BROKER_UP, {"job": queries.BROKER_DOWN_JOB})
 
     # ---- durable steps and checkpoints (``ctx.step``, ``ctx.checkpoint``; ``step_queries``) ----
 

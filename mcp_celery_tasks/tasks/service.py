@@ -44,8 +44,9 @@ from mcp_celery_tasks.tasks import idempotency
 from mcp_celery_tasks.tasks.events import TaskEvents
 from mcp_celery_tasks.tasks.quotas import Quotas
 from mcp_celery_tasks.telemetry import metrics, tracing
+from mcp_celery_tasks.tools.concurrency import waiting_message
 from mcp_celery_tasks.tools.inputs import validate_response
-from mcp_celery_tasks.tools.registry import ToolSpec
+from mcp_celery_tasks.tools.registry import ToolSpec, get_tool
 from mcp_celery_tasks.wire import PLACE_IN_LINE, RequestMeta, declares_tasks
 
 __all__ = [
@@ -270,6 +271,7 @@ class TaskService:
     ) -> NewTask:
         settings = self._settings
         assert ctx.meta is not None
+        group, limit = spec.concurrency_group(arguments)
         return NewTask(
             task_id=task_id,
             job_id=str(uuid.uuid4()),
@@ -290,6 +292,8 @@ class TaskService:
             session_id=ctx.session_id if as_task else None,
             log_level=None if as_task else log_level,  # never logs on a task (S-53)
             synchronous=not as_task,
+            concurrency_group=group,
+            concurrency_limit=limit,
         )
 
     async def get(self, task_id: str, principal: str) -> TaskRecord:
@@ -305,6 +309,14 @@ class TaskService:
         """A task still in the fair backlog says its place in line: ``queued: 12 ahead`` (an
         estimate, ``store.backlog.QUEUE_POSITION``; SEP-2663 lets statusMessage describe any
         status). Read only for such tasks, so tasks/get stays one read for all others."""
+        spec = get_tool(record.tool_name)
+        if spec is not None and spec.concurrency is not None:
+            waits = await self._store.group_wait(record.task_id)
+            if waits is not None and waits[3] >= waits[2]:  # its group is full: it waits for that
+                tool, group, limit, running = waits
+                return dataclasses.replace(
+                    record, status_message=waiting_message(tool, group, running, limit)
+                )
         position = await self._store.queue_position(record.task_id)
         if position is None:
             return record  # published meanwhile

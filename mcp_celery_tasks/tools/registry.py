@@ -10,7 +10,6 @@ import contextlib
 import importlib
 import inspect
 import os
-import re
 import sys
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,6 +20,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from mcp_celery_tasks.errors import InvalidParams
 from mcp_celery_tasks.json_types import JSONObject, as_object
+from mcp_celery_tasks.tools.checks import (
+    InputKind,
+    checked_inputs,
+    checked_scopes,
+    checked_suspend_after,
+)
+from mcp_celery_tasks.tools.concurrency import (
+    ConcurrencyKey,
+    ConcurrencyLimit,
+    KeyUnavailable,
+    concurrency_limit,
+)
 from mcp_celery_tasks.tools.context import TaskContext
 from mcp_celery_tasks.tools.inputs import Elicit
 from mcp_celery_tasks.tools.retries import Backoff, RetryPolicy, retry_policy
@@ -43,11 +54,6 @@ as a task when the request declares the tasks extension, ``required`` only as a 
 (non-declaring clients get -32021)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-InputKind = Literal["elicitation", "sampling", "roots"]
-INPUT_KINDS: tuple[InputKind, ...] = ("elicitation", "sampling", "roots")
-"""The client capabilities a tool's input requests need: ``elicitation/create``,
-``sampling/createMessage``, ``roots/list``."""
 
 AskFirst = Elicit | Callable[[JSONObject], Elicit | None] | Callable[[JSONObject, str], Elicit | None]
 """A pre-task question, or a function of the call's arguments (and, if it takes a second
@@ -89,6 +95,8 @@ class ToolSpec:
     otherwise, naming them: a step-up); static tokens and embedding apps are not scope-checked."""
     retry: RetryPolicy | None = None
     """Which errors of the body end the attempt and run it again after a backoff (``retry_on``)."""
+    concurrency: ConcurrencyLimit | None = None
+    """At most this many runs at once, of the tool or per key (``tools.concurrency``)."""
 
     def validate_arguments(self, arguments: Mapping[str, object]) -> JSONObject:
         """Validate against the input schema; return the JSON-ready arguments to store.
@@ -109,7 +117,20 @@ class ToolSpec:
             raise InvalidArguments(
                 f"Invalid arguments for tool {self.name!r}: {'; '.join(problems)}"
             ) from exc
-        return model.model_dump(mode="json", by_alias=True)
+        validated = model.model_dump(mode="json", by_alias=True)
+        if self.concurrency is not None and callable(self.concurrency.key):
+            self.concurrency_group(validated)  # a key function failing here is the model's to fix
+        return validated
+
+    def concurrency_group(self, arguments: Mapping[str, object]) -> tuple[str, int] | tuple[None, None]:
+        """The concurrency group and declared limit of a call with these validated arguments
+        (None, None: the tool has no limit). A key function that fails is invalid arguments."""
+        if self.concurrency is None:
+            return None, None
+        try:
+            return self.concurrency.group(arguments), self.concurrency.limit
+        except KeyUnavailable as exc:
+            raise InvalidArguments(str(exc)) from exc
 
     def questions_first(self, arguments: JSONObject, principal: str = "") -> dict[str, Elicit]:
         """The ``ask_first`` questions that apply to these (validated) arguments of ``principal``."""
@@ -198,6 +219,8 @@ def tool(
     needs_inputs: Sequence[InputKind] = (),
     retry_on: type[Exception] | tuple[type[Exception], ...] = (),
     backoff: Backoff | None = None,
+    concurrency: int | None = None,
+    concurrency_key: ConcurrencyKey | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -224,6 +247,8 @@ def tool(
     needs_inputs: Sequence[InputKind] = (),
     retry_on: type[Exception] | tuple[type[Exception], ...] = (),
     backoff: Backoff | None = None,
+    concurrency: int | None = None,
+    concurrency_key: ConcurrencyKey | None = None,
 ) -> F | Callable[[F], F]:
     """Register a function as an MCP tool that runs as a Celery job.
 
@@ -254,6 +279,9 @@ def tool(
     attempt and schedule the next after ``backoff`` (``exponential(…)`` or ``fixed(…)``; default
     ``exponential(1, 300)``), up to ``max_attempts`` runs; the job waits in the backlog, not in a
     worker. Any other exception ends the call at once, as without a policy.
+    ``concurrency`` caps the runs in flight at once across every worker: of the whole tool, or
+    with ``concurrency_key`` (an argument's name, or a function of the arguments) per key value;
+    a call over the limit waits in the fair backlog holding no slot (``tools.concurrency``).
     """
 
     def register(target: F) -> F:
@@ -263,6 +291,8 @@ def tool(
             raise ValueError(f"a tool named {tool_name!r} is already registered")
         retry = retry_policy(tool_name, retry_on, backoff, max_attempts)
         model, context_param = _build(func, tool_name)
+        aliases = [str(f.alias) for f in model.model_fields.values()]
+        limit = concurrency_limit(tool_name, concurrency, concurrency_key, aliases)
         schema = model.model_json_schema(by_alias=True)
         schema.pop("title", None)
         for prop in schema.get("properties", {}).values():
@@ -297,46 +327,17 @@ def tool(
             soft_time_limit=soft_time_limit,
             memory_limit_mb=memory_limit_mb,
             gpu_memory_limit_mb=gpu_memory_limit_mb,
-            suspend_after=_checked_suspend_after(suspend_after),
-            scopes=_checked_scopes(tool_name, scopes),
-            needs_inputs=_checked_inputs(tool_name, needs_inputs),
+            suspend_after=checked_suspend_after(suspend_after),
+            scopes=checked_scopes(tool_name, scopes),
+            needs_inputs=checked_inputs(tool_name, needs_inputs),
             retry=retry,
+            concurrency=limit,
         )
         return target
 
     if fn is not None:
         return register(fn)
     return register
-
-
-def _checked_suspend_after(value: float | Literal["settings"] | None) -> float | Literal["settings"] | None:
-    if value is None or value == "settings":
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"suspend_after must be a number of seconds >= 0, None or 'settings', not {value!r}")
-    return float(value)
-
-
-_SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]{1,128}")
-r"""RFC 6749 §3.3 ``scope-token``: printable ASCII without space, ``"`` and ``\``."""
-
-
-def _checked_inputs(tool_name: str, kinds: Sequence[str]) -> tuple[InputKind, ...]:
-    if isinstance(kinds, str):
-        raise TypeError(f"tool {tool_name!r}: needs_inputs is a list of input kinds, not one string")
-    for kind in kinds:
-        if kind not in INPUT_KINDS:
-            raise ValueError(f"tool {tool_name!r}: {kind!r} is not an input kind ({', '.join(INPUT_KINDS)})")
-    return tuple(dict.fromkeys(kinds))  # type: ignore[arg-type]  # checked just above
-
-
-def _checked_scopes(tool_name: str, scopes: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(scopes, str):
-        raise TypeError(f"tool {tool_name!r}: scopes is a list of scope names, not one string")
-    for scope in scopes:
-        if not isinstance(scope, str) or not _SCOPE_TOKEN.fullmatch(scope):
-            raise ValueError(f"tool {tool_name!r}: {scope!r} is not an OAuth scope token (RFC 6749 §3.3)")
-    return tuple(dict.fromkeys(scopes))
 
 
 def _function_of(target: Callable[..., Any]) -> Callable[..., Any]:

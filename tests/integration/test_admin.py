@@ -203,6 +203,48 @@ def test_limits_set_ls_clear_round_trip(db_url: str) -> None:
     assert cli("clear", "token:alice").returncode == 1
 
 
+def test_tool_limits_commands_set_list_clear_and_every_change_shows_in_history(db_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_TASKS_")}
+    env.update(
+        MCP_TASKS_DATABASE_URL=db_url,
+        MCP_TASKS_ADMIN_NAME="ops\x1b]0;pwned\x07 [bold]x[/bold]",
+        COLUMNS="400",
+    )
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mcp_celery_tasks.cli", "tasks", "limits", *args],
+            env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    assert cli("tool", "set", "train_model", "3", "--note", "bigger GPUs").returncode == 0
+    paused = cli("tool", "set", "train_model", "0", "--key", "model=moons")
+    assert paused.returncode == 0 and "paused" in paused.stdout
+    assert cli("tool", "set", "train_model", "-1").returncode == 2  # refused by the option's bounds
+    listed = json.loads(cli("tool", "ls", "--json").stdout)
+    assert [(o["concurrency_group"], o["concurrency"]) for o in listed["overrides"]] == [
+        ("*", 3),
+        ("model=moons", 0),
+    ]
+    assert cli("tool", "clear", "train_model", "--key", "model=moons").returncode == 0
+    assert cli("tool", "clear", "train_model", "--key", "model=moons").returncode == 1  # gone already
+    assert cli("set", "token:alice", "--max-active", "5").returncode == 0
+
+    shown = cli("history")
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    assert "[bold]x[/bold]" in shown.stdout  # markup shown as text, not applied
+    history = json.loads(cli("history", "--json").stdout)
+    assert [(h["target"], h["field"], h["old_value"], h["new_value"]) for h in reversed(history)] == [
+        ("tool train_model", "concurrency", None, "3"),
+        ("tool train_model", "note", None, "bigger GPUs"),
+        ("tool train_model for model=moons", "concurrency", None, "0"),
+        ("tool train_model for model=moons", "concurrency", "0", None),
+        ("principal token:alice", "max_active_tasks", None, "5"),
+    ]
+    assert all(str(h["actor"]).startswith("ops\x1b]0;pwned\x07 [bold]x[/bold] (db role ") for h in history)
+
+
 # ---- expected failures: one line, an exit code ----------------------------------------------
 
 

@@ -12,6 +12,7 @@ from tests import cliprobe
 SCREENS = [
     ("tasks",), ("tasks", "ls"), ("tasks", "show"), ("tasks", "cancel"), ("tasks", "purge"), ("tasks", "top"),
     ("tasks", "limits"), ("tasks", "limits", "ls"), ("tasks", "limits", "set"), ("tasks", "limits", "clear"),
+    ("tasks", "limits", "history"), ("tasks", "limits", "tool"), ("tasks", "limits", "tool", "set"),
 ]  # fmt: skip
 
 

@@ -112,3 +112,21 @@ def test_readme_durable_steps_example_runs_and_records_its_step_and_checkpoint(t
     total = sum(i * i for i in range(100))
     assert not is_error and structured == {"round": 3, "total": total + total / 2 + total / 3}
     assert reports == ["round 1/3", "round 2/3", "round 3/3"]
+
+
+def test_readme_concurrency_example_declares_its_limits(tmp_path: Path) -> None:
+    package = tmp_path / "myproject"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "train.py").write_text(_python_block("# myproject/train.py"))
+    probe = (
+        "import json; from mcp_celery_tasks.tools.registry import get_tool, load_tool_modules; "
+        "load_tool_modules(['myproject.train']); t, r = get_tool('train_model'), get_tool('render'); "
+        "print(json.dumps([t.concurrency_group({'model': 'moons'}), r.concurrency_group({'scene': 'x'})]))"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path, env={"PYTHONPATH": f"{tmp_path}:{ROOT}"}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == [["model=moons", 1], ["", 8]]

@@ -1,12 +1,15 @@
 """``mcp-celery-tasks tasks limits ls|set|clear``: per-principal quota overrides.
 
 API processes re-read the overrides every few seconds; a limit left unset keeps the default
-from ``MCP_TASKS_*`` (0 turns one off for that principal).
+from ``MCP_TASKS_*`` (0 turns one off for that principal). Tool concurrency overrides and the
+audit of every change are ``tasks limits tool …`` and ``tasks limits history`` (``tool_limits``).
 """
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -25,10 +28,13 @@ from mcp_celery_tasks.cli.admin.connect import (
 from mcp_celery_tasks.cli.admin.view import cell, print_whole
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
 
-__all__ = ["limits_app"]
+__all__ = ["actor", "limits_app", "with_store"]
 
 limits_app = typer.Typer(
-    cls=PlainHelpGroup, add_completion=False, no_args_is_help=True, help="Quota overrides per principal."
+    cls=PlainHelpGroup,
+    add_completion=False,
+    no_args_is_help=True,
+    help="Quota overrides per principal and per tool, and their history.",
 )
 console = Console()
 
@@ -37,11 +43,23 @@ COLUMNS = ("max_active_tasks", "creates_per_second", "create_burst", "max_concur
 T = TypeVar("T")
 
 
-def _with_store(action: Callable[[Any], T]) -> T:
+def with_store(action: Callable[[Any], T]) -> T:
     settings = admin_settings()
     store = admin_store(settings)
     with friendly_errors(settings):
         return action(store)
+
+
+def actor() -> str:
+    """Who the audit of limit changes names: ``MCP_TASKS_ADMIN_NAME``, else the OS user (the
+    database role that ran the change is recorded beside it)."""
+    name = os.environ.get("MCP_TASKS_ADMIN_NAME", "").strip()
+    if not name:
+        try:
+            name = getpass.getuser()
+        except (KeyError, OSError):  # no passwd entry (a container's arbitrary uid)
+            name = f"uid {os.getuid()}"
+    return name[:200]
 
 
 @limits_app.command("ls", cls=PlainHelpCommand)
@@ -49,7 +67,7 @@ def list_limits(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for scripts")] = False,
 ) -> None:
     """Every principal with an override (unset limits keep the defaults)."""
-    rows = _with_store(lambda store: store.principal_limits())
+    rows = with_store(lambda store: store.principal_limits())
     if as_json:
         typer.echo(json.dumps(rows, default=str, indent=2))
         return
@@ -90,7 +108,7 @@ def set_limits(
         fail(
             "give at least one of --max-active, --rate, --burst, --concurrent, --waiting, --note", EXIT_USAGE
         )
-    _with_store(lambda store: store.set_principal_limits(principal, **values))
+    with_store(lambda store: store.set_principal_limits(principal, actor=actor(), **values))
     typer.echo(f"limits of {principal} set (API processes pick them up within 10 s)")
 
 
@@ -99,6 +117,6 @@ def clear_limits(
     principal: Annotated[str, typer.Argument(metavar="PRINCIPAL", help="The principal")],
 ) -> None:
     """Back to the defaults."""
-    if not _with_store(lambda store: store.clear_principal_limits(principal)):
+    if not with_store(lambda store: store.clear_principal_limits(principal, actor=actor())):
         fail(f"{principal} has no override", EXIT_NOT_FOUND)
     typer.echo(f"limits of {principal} back to the defaults")

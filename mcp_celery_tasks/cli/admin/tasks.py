@@ -26,6 +26,7 @@ from mcp_celery_tasks.cli.admin.connect import (
     friendly_errors,
 )
 from mcp_celery_tasks.cli.admin.limits import limits_app
+from mcp_celery_tasks.cli.admin.tool_limits import history, tool_app
 from mcp_celery_tasks.cli.admin.view import (
     cell,
     fmt,
@@ -56,6 +57,8 @@ admin_app = typer.Typer(
     f"\n\n{EXIT_CODES_HELP}",
 )
 admin_app.add_typer(limits_app, name="limits")
+limits_app.add_typer(tool_app, name="tool")
+limits_app.command("history", cls=PlainHelpCommand)(history)
 admin_app.command("workers", cls=PlainHelpCommand)(list_workers)
 console = Console()
 

@@ -1,0 +1,191 @@
+"""Concurrency limits in the fair release pass, against real Postgres (``store.backlog.RELEASE``):
+a group's jobs in flight never exceed its limit, a full group hides no other job, principals take
+turns inside a group, admins' overrides and pauses apply, and every limit change is audited.
+
+The tests play the worker with ``claim`` and ``finish``, as ``test_fair_dispatch`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore
+from tests.integration.conftest import Db
+from tests.integration.test_maintenance import LEASE_S, new_task
+
+ALICE = "token:alice"
+BOB = "token:bob"
+QUEUE = "mcp.default"
+TRAIN = "train_model"
+ME = "host:1:aaaa"
+
+
+@pytest.fixture
+def limit_settings(db_url: str) -> Settings:
+    return Settings(database_url=db_url, tool_modules=["workers"])
+
+
+@pytest.fixture
+async def api(limit_settings: Settings) -> AsyncIterator[ApiStore]:
+    store = ApiStore(limit_settings)
+    await store.open()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def store(limit_settings: Settings) -> Iterator[WorkerStore]:
+    worker_store = WorkerStore(limit_settings)
+    yield worker_store
+    worker_store.close()
+
+
+async def make(
+    api: ApiStore,
+    count: int,
+    *,
+    owner: str = ALICE,
+    tool: str = TRAIN,
+    group: str | None = "",
+    limit: int | None = 1,
+) -> list[TaskRecord]:
+    records = []
+    for _ in range(count):
+        task = new_task(owner=owner, tool_name=tool, concurrency_group=group, concurrency_limit=limit)
+        record = await api.create_task(task)
+        assert record is not None
+        records.append(record)
+    return records
+
+
+def released_ids(store: WorkerStore, ahead: int = 10) -> list[str]:
+    return [job for job, _ in store.release_jobs(QUEUE, ahead, 0)]
+
+
+def run_all(store: WorkerStore, job_ids: list[str]) -> None:
+    for job_id in job_ids:
+        assert store.claim(job_id, ME, LEASE_S) is not None
+
+
+def finish(store: WorkerStore, records: list[TaskRecord], job_id: str) -> None:
+    task_id = next(r.task_id for r in records if r.job_id == job_id)
+    assert store.finish(task_id, ME, "completed", result={"content": [], "isError": False})
+
+
+async def test_one_run_per_key_and_both_keys_progress_in_one_pass(api: ApiStore, store: WorkerStore) -> None:
+    # Ten of model a created first, then ten of b, all by one principal, on four slots: one pass
+    # releases one of each (a full group hides nothing behind it), never a second of either.
+    a = await make(api, 10, group="model=a")
+    b = await make(api, 10, group="model=b")
+    first = released_ids(store, ahead=4)
+    assert first == [a[0].job_id, b[0].job_id]
+    assert released_ids(store, ahead=4) == []  # both groups are full: room stays unused
+    run_all(store, first)
+    assert released_ids(store, ahead=4) == []  # running still counts
+    finish(store, a, a[0].job_id)
+    assert released_ids(store, ahead=4) == [a[1].job_id]
+
+
+async def test_a_tool_wide_limit_and_other_tools_are_not_blocked(api: ApiStore, store: WorkerStore) -> None:
+    limited = await make(api, 5, limit=2)
+    others = await make(api, 3, tool="slow_compute", group=None, limit=None)
+    released = released_ids(store, ahead=10)
+    # The first pass of a queue that never had limited jobs releases the others first, then
+    # learns the queue has limited ones and releases those it may in the same call.
+    assert sorted(released) == sorted([limited[0].job_id, limited[1].job_id, *(r.job_id for r in others)])
+    assert released_ids(store, ahead=10) == []
+
+
+async def test_principals_take_turns_inside_a_group(api: ApiStore, store: WorkerStore) -> None:
+    # Alice asked first for four runs, bob for four; two at once. The group's two places go one
+    # to each (lowest turn: jobs in flight plus rank), and a freed place to whoever holds fewer.
+    alice = await make(api, 4, owner=ALICE, group="model=a", limit=2)
+    bob = await make(api, 4, owner=BOB, group="model=a", limit=2)
+    first = released_ids(store)
+    assert first == [alice[0].job_id, bob[0].job_id]
+    run_all(store, first)
+    finish(store, alice, alice[0].job_id)
+    assert released_ids(store) == [alice[1].job_id]  # alice holds none now, bob one
+    finish(store, bob, bob[0].job_id)
+    assert released_ids(store) == [bob[1].job_id]
+
+
+async def test_a_cancelled_waiting_job_never_runs_and_frees_nothing_it_never_held(
+    api: ApiStore, store: WorkerStore
+) -> None:
+    jobs = await make(api, 3, group="model=a")
+    assert released_ids(store) == [jobs[0].job_id]
+    await api.request_cancel(jobs[1].task_id, ALICE)  # waiting for its group: ends at once
+    cancelled = await api.get_task(jobs[1].task_id, ALICE)
+    assert cancelled is not None and cancelled.status == "cancelled"
+    assert released_ids(store) == []  # the running one still holds the group
+    run_all(store, [jobs[0].job_id])
+    finish(store, jobs, jobs[0].job_id)
+    assert released_ids(store) == [jobs[2].job_id]
+
+
+async def test_overrides_raise_lower_and_pause_a_group_and_each_change_is_audited(
+    api: ApiStore, store: WorkerStore, db: Db
+) -> None:
+    jobs = await make(api, 6, group="model=a", limit=1)
+    store.set_tool_limit(TRAIN, 3, actor="ops-alice", note="bigger GPUs")  # every group of the tool
+    assert len(released_ids(store)) == 3
+    store.set_tool_limit(TRAIN, 0, group="model=a", actor="ops-bob")  # this group: paused
+    run_all(store, [r.job_id for r in jobs[:3]])
+    for record in jobs[:3]:
+        finish(store, jobs, record.job_id)
+    assert released_ids(store) == []
+    assert store.clear_tool_limit(TRAIN, group="model=a", actor="ops-bob")
+    assert len(released_ids(store)) == 3  # back to the tool's override
+    assert not store.clear_tool_limit(TRAIN, group="model=zzz", actor="ops-bob")
+
+    changes = store.limit_changes()
+    summary = [(c["target"], c["field"], c["old_value"], c["new_value"]) for c in reversed(changes)]
+    assert summary == [
+        ("tool train_model", "concurrency", None, "3"),
+        ("tool train_model", "note", None, "bigger GPUs"),
+        ("tool train_model for model=a", "concurrency", None, "0"),
+        ("tool train_model for model=a", "concurrency", "0", None),
+    ]
+    assert str(changes[-1]["actor"]).startswith("ops-alice (db role ")
+    assert [row["concurrency_group"] for row in store.tool_limits()] == ["*"]
+
+
+async def test_principal_limit_changes_are_audited_old_to_new(store: WorkerStore) -> None:
+    store.set_principal_limits(ALICE, actor="ops", max_active_tasks=5)
+    store.set_principal_limits(ALICE, actor="ops", max_active_tasks=7, note="launch week")
+    store.set_principal_limits(ALICE, actor="ops", max_active_tasks=7)  # no change: no row
+    assert store.clear_principal_limits(ALICE, actor="ops")
+    summary = [(c["field"], c["old_value"], c["new_value"]) for c in reversed(store.limit_changes())]
+    assert summary == [
+        ("max_active_tasks", None, "5"),
+        ("max_active_tasks", "5", "7"),
+        ("note", None, "launch week"),
+        ("max_active_tasks", "7", None),
+        ("note", "launch week", None),
+    ]
+
+
+async def test_a_waiting_task_says_what_it_waits_for(api: ApiStore, store: WorkerStore) -> None:
+    jobs = await make(api, 2, group="model=moons")
+    released_ids(store)
+    assert await api.group_wait(jobs[1].task_id) == (TRAIN, "model=moons", 1, 1)
+    assert await api.group_wait(jobs[0].task_id) is None  # published: not waiting
+    store.set_tool_limit(TRAIN, 2, actor="ops")
+    assert await api.group_wait(jobs[1].task_id) == (TRAIN, "model=moons", 2, 1)
+
+
+async def test_a_suspended_job_holds_no_place_in_its_group(api: ApiStore, store: WorkerStore, db: Db) -> None:
+    jobs = await make(api, 2, group="model=a")
+    (first,) = released_ids(store)
+    run_all(store, [first])
+    # As ``SUSPEND`` leaves it: no lease, no worker, waiting for an answer.
+    db.execute(
+        "UPDATE mcp_tasks SET status = 'input_required', worker = NULL, lease_until = NULL,"
+        " suspended_at = now() WHERE job_id = %s",
+        (first,),
+    )
+    assert released_ids(store) == [jobs[1].job_id]
