@@ -189,8 +189,19 @@ def _reported(epochs: int) -> set[int]:
     return {round(i * step) + 1 for i in range(MAX_LOSS_HISTORY)}
 
 
+def _one_run_per_file(arguments: dict[str, Any], principal: str) -> str:
+    """The concurrency key: one run at a time per model file of each caller (two runs writing one
+    file would race for it); other files, and other callers' files of the same name, run on."""
+    return f"{_model_file(str(arguments['model']))} of {principal}"
+
+
 @tool(
-    queue="gpu", retention_seconds=24 * 3600, ask_first={"overwrite": _ask_overwrite}, time_limit=TIME_LIMIT_S
+    queue="gpu",
+    retention_seconds=24 * 3600,
+    ask_first={"overwrite": _ask_overwrite},
+    time_limit=TIME_LIMIT_S,
+    concurrency_key=_one_run_per_file,
+    concurrency=1,
 )
 def train_model(
     ctx: TaskContext,

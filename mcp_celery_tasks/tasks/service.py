@@ -271,7 +271,7 @@ class TaskService:
     ) -> NewTask:
         settings = self._settings
         assert ctx.meta is not None
-        group, limit = spec.concurrency_group(arguments)
+        group, limit = spec.concurrency_group(arguments, ctx.principal)
         return NewTask(
             task_id=task_id,
             job_id=str(uuid.uuid4()),

@@ -3,11 +3,19 @@ the import, naming the tool, never a call."""
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
-__all__ = ["INPUT_KINDS", "InputKind", "checked_inputs", "checked_scopes", "checked_suspend_after"]
+__all__ = [
+    "INPUT_KINDS",
+    "InputKind",
+    "checked_inputs",
+    "checked_scopes",
+    "checked_suspend_after",
+    "takes_principal",
+]
 
 InputKind = Literal["elicitation", "sampling", "roots"]
 INPUT_KINDS: tuple[InputKind, ...] = ("elicitation", "sampling", "roots")
@@ -43,3 +51,14 @@ def checked_scopes(tool_name: str, scopes: Sequence[str]) -> tuple[str, ...]:
         if not isinstance(scope, str) or not _SCOPE_TOKEN.fullmatch(scope):
             raise ValueError(f"tool {tool_name!r}: {scope!r} is not an OAuth scope token (RFC 6749 §3.3)")
     return tuple(dict.fromkeys(scopes))
+
+
+def takes_principal(function: Callable[..., object]) -> bool:
+    """Whether a function of a call's arguments (``ask_first``, ``concurrency_key``) takes the
+    calling principal as well."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)

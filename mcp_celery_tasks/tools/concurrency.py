@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from mcp_celery_tasks.lifecycle import ALL_GROUPS
+from mcp_celery_tasks.tools.checks import takes_principal
 
 __all__ = [
     "ALL_GROUPS",
@@ -34,8 +35,11 @@ __all__ = [
     "waiting_message",
 ]
 
-ConcurrencyKey = str | Callable[[Mapping[str, object]], object]
-"""An argument's name, or a function of the validated (JSON) arguments returning the key."""
+ConcurrencyKey = (
+    str | Callable[[Mapping[str, object]], object] | Callable[[Mapping[str, object], str], object]
+)
+"""An argument's name, or a function of the validated (JSON) arguments (and, if it takes a second
+parameter, of the calling principal: one run per file of each user) returning the key."""
 
 MAX_CONCURRENCY: Final = 100_000
 MAX_LABEL_CHARS: Final = 200
@@ -49,8 +53,10 @@ class ConcurrencyLimit:
     tool: str
     limit: int
     key: ConcurrencyKey | None = None
+    per_principal: bool = False
+    """The key function takes the principal too."""
 
-    def group(self, arguments: Mapping[str, object]) -> str:
+    def group(self, arguments: Mapping[str, object], principal: str = "") -> str:
         """The group of a call with these validated arguments: ``''`` for a tool-wide limit, else
         ``name=value`` (an argument) or the function's value. A value too long or holding control
         characters is labelled by its digest, so a group's label is always short and printable."""
@@ -59,7 +65,7 @@ class ConcurrencyLimit:
         if isinstance(self.key, str):
             return f"{self.key}={_label(arguments.get(self.key))}"
         try:
-            value = self.key(arguments)
+            value = self.key(arguments, principal) if self.per_principal else self.key(arguments)  # type: ignore[call-arg]
         except Exception as exc:
             # The function runs on the caller's (validated) arguments: its failure is the call's
             # (``ToolSpec.concurrency_group`` answers it as invalid arguments).
@@ -105,7 +111,8 @@ def concurrency_limit(
         raise TypeError(
             f"tool {tool!r}: concurrency_key must be an argument's name or a function, not {key!r}"
         )
-    return ConcurrencyLimit(tool=tool, limit=concurrency, key=key)
+    per_principal = callable(key) and takes_principal(key)
+    return ConcurrencyLimit(tool=tool, limit=concurrency, key=key, per_principal=per_principal)
 
 
 def waiting_message(tool: str, group: str, running: int, limit: int) -> str:

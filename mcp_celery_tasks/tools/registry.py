@@ -25,6 +25,7 @@ from mcp_celery_tasks.tools.checks import (
     checked_inputs,
     checked_scopes,
     checked_suspend_after,
+    takes_principal,
 )
 from mcp_celery_tasks.tools.concurrency import (
     ConcurrencyKey,
@@ -118,17 +119,24 @@ class ToolSpec:
                 f"Invalid arguments for tool {self.name!r}: {'; '.join(problems)}"
             ) from exc
         validated = model.model_dump(mode="json", by_alias=True)
-        if self.concurrency is not None and callable(self.concurrency.key):
+        if (
+            self.concurrency is not None
+            and callable(self.concurrency.key)
+            and not self.concurrency.per_principal
+        ):
             self.concurrency_group(validated)  # a key function failing here is the model's to fix
         return validated
 
-    def concurrency_group(self, arguments: Mapping[str, object]) -> tuple[str, int] | tuple[None, None]:
-        """The concurrency group and declared limit of a call with these validated arguments
-        (None, None: the tool has no limit). A key function that fails is invalid arguments."""
+    def concurrency_group(
+        self, arguments: Mapping[str, object], principal: str = ""
+    ) -> tuple[str, int] | tuple[None, None]:
+        """The concurrency group and declared limit of a call with these validated arguments by
+        ``principal`` (None, None: the tool has no limit). A key function that fails is invalid
+        arguments."""
         if self.concurrency is None:
             return None, None
         try:
-            return self.concurrency.group(arguments), self.concurrency.limit
+            return self.concurrency.group(arguments, principal), self.concurrency.limit
         except KeyUnavailable as exc:
             raise InvalidArguments(str(exc)) from exc
 
@@ -138,7 +146,7 @@ class ToolSpec:
         for key, entry in self.ask_first.items():
             if isinstance(entry, Elicit):
                 question: Elicit | None = entry
-            elif _takes_principal(entry):
+            elif takes_principal(entry):
                 question = entry(arguments, principal)  # type: ignore[call-arg]  # checked just above
             else:
                 question = entry(arguments)  # type: ignore[call-arg]  # the one-argument form
@@ -151,16 +159,6 @@ class ToolSpec:
         model = self.arguments_model.model_validate(arguments)
         fields = type(model).model_fields
         return {str(field.alias): getattr(model, attr) for attr, field in fields.items()}
-
-
-def _takes_principal(question: Callable[..., object]) -> bool:
-    """Whether an ``ask_first`` function takes the principal as well as the arguments."""
-    try:
-        parameters = inspect.signature(question).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
 
 
 _REGISTRY: dict[str, ToolSpec] = {}
@@ -280,7 +278,8 @@ def tool(
     ``exponential(1, 300)``), up to ``max_attempts`` runs; the job waits in the backlog, not in a
     worker. Any other exception ends the call at once, as without a policy.
     ``concurrency`` caps the runs in flight at once across every worker: of the whole tool, or
-    with ``concurrency_key`` (an argument's name, or a function of the arguments) per key value;
+    with ``concurrency_key`` (an argument's name, or a function of the arguments, and of the
+    principal if it takes a second parameter) per key value;
     a call over the limit waits in the fair backlog holding no slot (``tools.concurrency``).
     """
 

@@ -122,3 +122,29 @@ def test_the_waiting_message() -> None:
     )
     assert waiting_message("render", "", 8, 8) == "waiting: 8 other runs of render"
     assert waiting_message("render", "", 0, 0) == "waiting: runs of render are paused by an admin"
+
+
+def test_a_key_function_may_take_the_principal_too() -> None:
+    name = unique("per_user")
+
+    @tool(name=name, concurrency_key=lambda args, principal: f"{args['path']} of {principal}", concurrency=1)
+    def per_user(path: str) -> None: ...
+
+    spec = get_tool(name)
+    assert spec is not None
+    spec.validate_arguments({"path": "a"})  # not computed without the principal
+    assert spec.concurrency_group({"path": "a"}, "token:alice") == ("a of token:alice", 1)
+    assert spec.concurrency_group({"path": "a"}, "token:bob") == ("a of token:bob", 1)
+
+
+def test_the_training_example_runs_one_job_per_model_file_of_each_caller() -> None:
+    import workers.train_model
+
+    spec = get_tool("train_model")
+    assert spec is not None and spec.concurrency is not None
+    assert spec.concurrency_group({"model": "moons"}, "token:alice") == ("moons.npz of token:alice", 1)
+    assert spec.concurrency_group({"model": "moons.npz"}, "token:alice") == ("moons.npz of token:alice", 1)
+    assert spec.concurrency_group({"model": "moons"}, "token:bob") == ("moons.npz of token:bob", 1)
+    with pytest.raises(InvalidArguments, match="concurrency key"):
+        spec.concurrency_group({"model": "  "}, "token:alice")
+    del workers.train_model
