@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from mcp_celery_tasks.broker.beacon import beacon_body, namespace
 from mcp_celery_tasks.broker.fencing import BEACON_FRESH_S, BEACON_INTERVAL_S, should_fence
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.worker import watchdog
@@ -197,3 +198,16 @@ def test_a_renewal_that_works_again_ends_the_outage(clock: list[float], procs: d
     clock[0] = 1014.0
     made.tick([JOB])
     assert terminated == ["j"]
+
+
+def test_the_beacon_namespace_is_the_deployments_whatever_role_or_host_reaches_its_database() -> None:
+    def ns(url: str, **settings: Any) -> str:
+        return namespace(Settings(database_url=url, **settings))
+
+    api = ns("postgresql://mcp_tasks_api:pw@pg-a:5432/tasks")
+    assert ns("postgresql://mcp_tasks_maintenance@pg-a:5432,pg-b:5432/tasks?target_session_attrs=any") == api
+    assert ns("dbname=tasks host=pgbouncer user=worker") == api
+    assert ns("postgresql://mcp_tasks_api:pw@pg-a:5432/other") != api  # another deployment
+    assert ns("postgresql://mcp_tasks_api:pw@pg-a:5432/tasks", maintenance_queue="b.maintenance") != api
+    body = beacon_body(api)
+    assert set(body) == {"kind", "v", "ns", "sent"}  # no task, job, host or secret
