@@ -340,3 +340,26 @@ def test_with_auto_fence_an_outage_of_postgres_itself_stops_no_body(
     assert fenced == 0, result.row()
     assert all(held), held  # both workers were past the fence's bound, and held back
     _check(result, cut_off_past_the_lease=True)
+
+
+@long_form
+def test_with_auto_fence_a_worker_cut_from_postgres_and_the_broker_behaves_as_off(
+    net: Network, auto_stack: NetStack
+) -> None:
+    """What ``auto`` cannot tell: a worker cut off from the broker too hears no beacon, so it does
+    not fence; its bodies run on beside the takeover until the heal, then stop within the bound."""
+    began = time.time()
+
+    def fault(host: str) -> None:
+        net.cut(host, "pg")
+        net.cut(host, "broker")
+
+    result = run_scenario(
+        auto_stack, net, "worker ↔ postgres + broker, fence auto", 15.0, fault, cuts_off_past_the_lease=True
+    )
+    label = "worker" if result.target == "w1" else "worker2"
+    fenced = _events(auto_stack, label, began, '"reason": "lease_fence"')
+    result.notes = f"auto: {fenced} bodies fenced (no beacon heard)"
+    TABLE[-1] = result.row()
+    assert fenced == 0, result.row()
+    _check(result, cut_off_past_the_lease=True)
