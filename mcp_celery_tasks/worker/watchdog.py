@@ -164,7 +164,8 @@ class Watchdog:
         self._tracks = {job: self._tracks.get(job) or _Track(job.pid, last_seen=now) for job in live}
         self._frozen = {job.pid for job in live if states[job] in _STOPPED}
         self.next_due_s = None
-        if not live:
+        if not live:  # a job starts with a claim, which reached Postgres: no outage carries over
+            self._failing_since, self._held_back = None, False
             return
         request = [
             {"job_id": job.job_id, "holder": self._holder(job), "renew": states[job] not in _STOPPED}

@@ -211,3 +211,28 @@ def test_the_beacon_namespace_is_the_deployments_whatever_role_or_host_reaches_i
     assert ns("postgresql://mcp_tasks_api:pw@pg-a:5432/tasks", maintenance_queue="b.maintenance") != api
     body = beacon_body(api)
     assert set(body) == {"kind", "v", "ns", "sent"}  # no task, job, host or secret
+
+
+def test_an_outage_seen_with_no_job_left_does_not_count_for_the_next_job(
+    clock: list[float], procs: dict[int, Any]
+) -> None:
+    """The beacon must be heard a beacon interval after *this* job's renewals began to fail: an
+    earlier outage, left while no job ran, does not make a fresh one look long."""
+    rows = Rows()
+    rows.row("j")
+    rows.row("k")
+    procs[1], procs[2] = ("R", 0), ("R", 0)
+    heard: list[float | None] = [0.0]
+    made, terminated = _dog(rows, heard, lease_self_fence="auto", lease_seconds=3.0)
+    made.tick([JOB])
+    rows.down = True
+    clock[0] = 1001.0
+    made.tick([JOB])  # failing since 1001
+    clock[0] = 1001.5
+    made.tick([])  # the job ended (its process died): nothing to renew
+    second_job = RunningJob("k", 2, claimed_as=f"{HOST}:2:y")
+    for second in (10, 11, 12, 13):  # claimed at 1010 just before Postgres itself went down
+        clock[0] = 1000.0 + second
+        heard[0] = second - 10.0  # the last beacon was heard at 1010
+        made.tick([second_job])
+    assert terminated == []
