@@ -23,6 +23,9 @@ from mcp_celery_tasks.json_types import JSONValue
 __all__ = ["API_ONLY_SECRETS", "Settings", "api_only_variables", "get_settings", "markdown_table"]
 
 PREFIX = "MCP_TASKS_"
+FenceMode = typing.Literal["off", "on", "auto"]
+"""``lease_self_fence`` (``broker.fencing``)."""
+_BOOLEAN_FENCE = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
 
 API_ONLY_SECRETS = ("secret_keys", "auth_tokens", "jwt_public_key", "metrics_token")
 """Settings only the API process uses: workers, beat and admin commands never need them, so
@@ -188,14 +191,14 @@ class Settings(BaseSettings):
 
     lease_seconds: float = 30.0
     """A worker holds a task for this long without renewing it before another may take over."""
-    lease_self_fence: bool = False
-    """A prefork worker that could not renew a job's lease for a lease less one watchdog interval
-    (Postgres is out of its reach) kills the job's process before the lease can lapse, so a
-    worker that takes the job over never runs it alongside a body cut off from Postgres (a
-    partition between one worker and the database; without it that body runs on until the
-    worker reaches Postgres again). Off by default: in an outage of Postgres itself nobody can
-    take a job over, and with it on every job running through an outage longer than the lease
-    is stopped and runs again (an attempt)."""
+    lease_self_fence: FenceMode = "off"
+    """``off | on | auto`` (``true``/``false``: on/off). A prefork worker that could not renew a
+    job's lease for a lease less one watchdog interval (Postgres is out of its reach) kills the
+    job's process before the lease can lapse (``on``), so a worker taking the job over never runs
+    beside it; or only while it still hears the maintenance worker's "Postgres answers" beacon,
+    i.e. it alone is cut off (``auto``; give the maintenance worker the same value); or never
+    (``off``). In an outage of Postgres itself nobody can take a job over: there ``on`` stops
+    every job for nothing (an attempt each), ``auto`` and ``off`` let them run on."""
     max_attempts: int = 3
     """Runs of one job before the task fails. A run counts when the tool failed or its process
     died without giving the job back (a crash, an OOM kill); a run the worker gave back (a
@@ -509,6 +512,13 @@ class Settings(BaseSettings):
             if value is not None and value.startswith(prefix):
                 return "postgresql://" + value[len(prefix) :]
         return value
+
+    @field_validator("lease_self_fence", mode="before")
+    @classmethod
+    def _fence_mode(cls, value: object) -> object:
+        # The boolean spellings it had before ``auto`` (true/false, 1/0, yes/no) mean on/off.
+        spelled = str(value).strip().lower()
+        return _BOOLEAN_FENCE.get(spelled, spelled)
 
     @field_validator("suspend_after_seconds", mode="before")
     @classmethod

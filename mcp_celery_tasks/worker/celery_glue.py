@@ -15,7 +15,6 @@ import secrets
 import signal
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.worker import state as worker_state
 
 from mcp_celery_tasks.broker import channel
+from mcp_celery_tasks.broker.beacon import BeaconListener, BeaconSender
 from mcp_celery_tasks.broker.celery_app import (
     COLLECT_GARBAGE,
     OUR_APP,
@@ -106,7 +106,12 @@ def _before_exit(**_: Any) -> None:
 
 
 def start_watchdog(
-    app: Celery, store: WorkerStore, settings: Settings, node: str, consumer: Any = None
+    app: Celery,
+    store: WorkerStore,
+    settings: Settings,
+    node: str,
+    consumer: Any = None,
+    beacon: BeaconListener | None = None,
 ) -> threading.Thread:
     """The watchdog thread of a prefork worker's main process (see ``watchdog``).
 
@@ -138,13 +143,14 @@ def start_watchdog(
         terminate=terminate,
         signal_soft_limit=signal_soft_limit,
         device_memory=DeviceMemory.of(table) if table is not None else None,
+        beacon_heard_ago=beacon.heard_ago if beacon is not None else None,
     )
     board = claims.open_board()  # opened before the fork (worker_init); the children write to it
     board.start_reader()
 
     def loop() -> None:
         while True:
-            _until_next_tick(dog, settings.watchdog_interval_seconds)
+            dog.sleep_until_next_tick(settings.watchdog_interval_seconds)
             try:
                 board.drain()  # every claim said so far, also those of a worker that just woke
                 board.forget_the_dead()
@@ -204,20 +210,6 @@ def _replace_recycled_children_soon(consumer: Any) -> None:
     maintain = getattr(pool, "maintain_pool", None)
     if hub is not None and maintain is not None:
         hub.call_repeatedly(RECYCLE_CHECK_S, maintain)
-
-
-def _until_next_tick(dog: Watchdog, interval_s: float) -> None:
-    """Sleep one interval, or less: until a cancelled job's grace ends, or a stopped child wakes."""
-    due = dog.next_due_s
-    deadline = time.monotonic() + (interval_s if due is None else min(interval_s, due + 0.02))
-    while (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(left, WAKE_POLL_S) if dog.has_frozen else left)
-        if dog.woke():
-            return
-
-
-WAKE_POLL_S = 0.05
-"""How often the watchdog looks whether a stopped child woke up (one /proc read per such child)."""
 
 
 def _running_jobs(board: claims.ClaimBoard) -> list[RunningJob]:
@@ -364,8 +356,15 @@ def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> Non
     def _watch(sender: Any = None, **_: Any) -> None:
         # A prefork worker's main process watches its children; a threads pool has no process
         # to stop, and its jobs keep their leases from their own process.
-        if getattr(sender, "app", None) is app and isinstance(getattr(sender, "pool", None), PreforkPool):
-            start_watchdog(app, store, settings, sender.hostname, sender)
+        if getattr(sender, "app", None) is not app:
+            return
+        auto = settings.lease_self_fence == "auto"  # the maintenance worker's beacon is heard
+        if isinstance(getattr(sender, "pool", None), PreforkPool):
+            listener = BeaconListener(app, settings).start() if auto else None
+            start_watchdog(app, store, settings, sender.hostname, sender, listener)
+        if auto and settings.maintenance_queue in _consumed(sender):
+            # "Postgres answers" every second: any statement it answers will do (a PK read).
+            BeaconSender(app, settings, lambda: store.seconds_since_run("sweep")).start()
 
     presences: list[Presence] = []
 

@@ -15,7 +15,8 @@ It runs in a prefork worker's main process, outside every job's interpreter, and
 - **Fence** (``lease_self_fence``, off by default). A job whose lease could not be renewed for
   a lease less one interval (the database is out of this worker's reach) has its process killed
   before the lease can lapse: a worker cut off from Postgres never runs a body alongside the one
-  that took the job over.
+  that took the job over. ``auto`` fences only while the maintenance worker's beacon says
+  Postgres answers others (``fencing``; the glue hands in when a beacon was last heard).
 - **Hard stop.** A job whose task was cancelled (by its client or an admin) and that has not
   returned ``cancel_grace_seconds`` later has its process killed, whatever the lease settings
   (its lease is kept meanwhile); the pool replaces it, the task stays ``cancelled``, and the
@@ -44,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mcp_celery_tasks.broker import fencing
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.lifecycle import ACTIVE, WORKING
 from mcp_celery_tasks.settings import Settings
@@ -56,6 +58,8 @@ __all__ = ["RunningJob", "WatchStore", "Watchdog", "holder_of", "process_state",
 
 logger = logging.getLogger("mcp_celery_tasks.worker")
 
+WAKE_POLL_S = 0.05
+"""How often the watchdog looks whether a stopped child woke up (one /proc read per such child)."""
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _STOPPED = frozenset("Tt")
 _GONE = frozenset("ZXx")
@@ -135,6 +139,7 @@ class Watchdog:
         signal_soft_limit: Callable[[int], None],
         hostname: str | None = None,
         device_memory: Callable[[int], tuple[str, int] | None] | None = None,
+        beacon_heard_ago: Callable[[], float | None] | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
@@ -144,6 +149,9 @@ class Watchdog:
         self._device_memory = device_memory  # GPU workers with NVML: (device, bytes held) per pid
         self._tracks: dict[RunningJob, _Track] = {}
         self._frozen: set[int] = set()
+        self._beacon_heard_ago = beacon_heard_ago  # lease_self_fence=auto: seconds, None: never
+        self._failing_since: float | None = None  # when the first of the failing calls went out
+        self._held_back = False  # auto did not fence for want of a beacon (logged once per outage)
         self.next_due_s: float | None = None
         """Seconds from the last tick until a cancelled job's grace ends, if one is running: the
         next tick comes then, not up to an interval later."""
@@ -156,7 +164,8 @@ class Watchdog:
         self._tracks = {job: self._tracks.get(job) or _Track(job.pid, last_seen=now) for job in live}
         self._frozen = {job.pid for job in live if states[job] in _STOPPED}
         self.next_due_s = None
-        if not live:
+        if not live:  # a job starts with a claim, which reached Postgres: no outage carries over
+            self._failing_since, self._held_back = None, False
             return
         request = [
             {"job_id": job.job_id, "holder": self._holder(job), "renew": states[job] not in _STOPPED}
@@ -166,9 +175,11 @@ class Watchdog:
             rows = self._store.watch_jobs(request, self._settings.lease_seconds)
         except InfrastructureError:
             logger.warning("watchdog: the database is unreachable; leases renew when it returns")
-            if self._settings.lease_self_fence:
+            self._failing_since = now if self._failing_since is None else self._failing_since
+            if self._settings.lease_self_fence != "off":
                 self._fence(live)
             return
+        self._failing_since, self._held_back = None, False
         for job in live:
             row = rows.get(f"{job.job_id} {self._holder(job)}")
             if row is not None:
@@ -183,11 +194,12 @@ class Watchdog:
         Nothing is written (the database is out of reach); the taker's claim counts the run."""
         now = time.monotonic()
         bound = self._settings.lease_seconds - self._settings.watchdog_interval_seconds
-        for job in live:
+        due = [job for job in live if not self._tracks[job].stopping and now - self._renewed(job) >= bound]
+        if not due or not self._may_fence(now):
+            return
+        for job in due:
             track = self._tracks[job]
-            renewed = track.renewed_at if track.renewed_at is not None else track.last_seen
-            if track.stopping or now - renewed < bound:
-                continue
+            renewed = self._renewed(job)
             track.stopping = True
             metrics.forced_stops.labels("unknown", "lease_fence").inc()
             logger.warning(
@@ -198,10 +210,40 @@ class Watchdog:
             )
             self._terminate(job)
 
+    def _renewed(self, job: RunningJob) -> float:
+        track = self._tracks[job]
+        return track.renewed_at if track.renewed_at is not None else track.last_seen
+
+    def _may_fence(self, now: float) -> bool:
+        mode = self._settings.lease_self_fence
+        heard = self._beacon_heard_ago() if self._beacon_heard_ago is not None else None
+        failing_for = now - (self._failing_since if self._failing_since is not None else now)
+        if fencing.should_fence(mode, heard, failing_for):
+            return True
+        if not self._held_back:
+            self._held_back = True
+            logger.warning(
+                "watchdog: leases may lapse, but no fresh beacon says Postgres answers the others "
+                "(last heard: %s): Postgres or the broker seems down, not just this worker's link; "
+                "its jobs run on (lease_self_fence=auto)",
+                "never" if heard is None else f"{heard:.1f} s ago",
+                extra={"event": "worker.fence_held_back"},
+            )
+        return False
+
     @property
     def has_frozen(self) -> bool:
         """Whether a child was stopped (SIGSTOP) at the last tick."""
         return bool(self._frozen)
+
+    def sleep_until_next_tick(self, interval_s: float) -> None:
+        """Sleep one interval, or less: until a cancelled job's grace ends, or a stopped child wakes."""
+        due = self.next_due_s
+        deadline = time.monotonic() + (interval_s if due is None else min(interval_s, due + 0.02))
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, WAKE_POLL_S) if self.has_frozen else left)
+            if self.woke():
+                return
 
     def woke(self) -> bool:
         """Whether a child that was stopped at the last tick runs again (SIGCONT): the caller

@@ -9,6 +9,9 @@ The short form runs in CI (the paired pass, as root); ``FAULTS_LONG=1`` adds lon
 loss and two-sided faults. There is no latency scenario: this machine kind's kernel has no
 ``netem`` qdisc (``tc qdisc add … netem``: "Specified qdisc kind is unknown"), and a userspace
 delay would not be a packet fault. Packet loss is real: nftables ``numgen random``.
+
+``lease_self_fence=auto`` runs on a stack of its own (short form, ~60 s both): a worker cut off
+from Postgres alone fences (0 overlaps), an outage of Postgres itself fences nothing.
 """
 
 from __future__ import annotations
@@ -272,3 +275,91 @@ def test_with_the_self_fence_a_worker_cut_from_postgres_never_runs_a_body_twice_
     TABLE[-1] = result.row()
     assert not result.lost and not result.doubles, result.row()
     assert not result.overlaps, f"bodies at work twice at once: {result.overlaps}"
+
+
+# ---- lease_self_fence=auto: a partition fences, an outage of Postgres does not ------------------
+
+
+@pytest.fixture(scope="module")
+def auto_stack(net: Network, hosts: NetServices) -> Iterator[NetStack]:
+    """``lease_self_fence=auto`` everywhere (the maintenance host sends the beacon). As for ``on``,
+    the lease (6 s) outlasts the watchdog's failing calls (3 s ``tcp_user_timeout``, 2 s connect)."""
+    built = NetStack(
+        net, "auto", hosts.create_database("auto_fence"), hosts.broker_url, hosts.root / "runs-auto",
+        MCP_TASKS_LEASE_SELF_FENCE="auto", MCP_TASKS_LEASE_SECONDS="6",
+        MCP_TASKS_DB_CONNECT_TIMEOUT_SECONDS="2",
+    )  # fmt: skip
+    with running(built):
+        built.start_net(concurrency=4)
+        yield built
+
+
+def _events(stack: NetStack, label: str, after: float, needle: str) -> int:
+    """How many JSON log lines of ``label`` from ``after`` (wall clock) on say ``needle``."""
+    found = 0
+    for line in stack.procs[label].log.read_text(errors="replace").splitlines():
+        if needle in line and line.startswith("{"):
+            at = datetime.fromisoformat(json.loads(line)["ts"].replace("Z", "+00:00")).timestamp()
+            found += at >= after
+    return found
+
+
+def test_with_auto_fence_a_worker_cut_from_postgres_alone_never_runs_a_body_twice_at_once(
+    net: Network, auto_stack: NetStack
+) -> None:
+    """The maintenance host still reaches Postgres, so its beacon goes on: the cut-off worker,
+    which still hears it, kills its bodies before their leases lapse (as ``on`` does)."""
+    began = time.time()
+    result = run_scenario(auto_stack, net, "worker ↔ postgres, fence auto", 15.0, lambda h: net.cut(h, "pg"))
+    label = "worker" if result.target == "w1" else "worker2"
+    fenced = _events(auto_stack, label, began, '"reason": "lease_fence"')
+    result.notes = f"auto: {fenced} bodies fenced"
+    TABLE[-1] = result.row()
+    assert not result.lost and not result.doubles, result.row()
+    assert not result.overlaps, f"bodies at work twice at once: {result.overlaps}"
+    assert fenced >= 1, result.row()  # it did fence (else the test proves nothing)
+    assert _events(auto_stack, label, began, "worker.fence_held_back") == 0
+
+
+def test_with_auto_fence_an_outage_of_postgres_itself_stops_no_body(
+    net: Network, auto_stack: NetStack
+) -> None:
+    """Postgres out of everyone's reach (its host cut off from all), longer than the lease: no
+    beacon goes out, so no worker fences, and every body runs on through the outage."""
+    began = time.time()
+
+    def fault(_: str) -> None:
+        for host in ("api", "w1", "w2", "ops"):
+            net.cut(host, "pg")
+
+    result = run_scenario(auto_stack, net, "postgres out of reach, fence auto", 15.0, fault, target="pg")
+    fenced = sum(_events(auto_stack, w, began, '"reason": "lease_fence"') for w in ("worker", "worker2"))
+    held = [_events(auto_stack, w, began, "worker.fence_held_back") for w in ("worker", "worker2")]
+    result.notes = f"auto: {fenced} bodies fenced, held back on {sum(1 for h in held if h)} workers"
+    TABLE[-1] = result.row()
+    assert fenced == 0, result.row()
+    assert all(held), held  # both workers were past the fence's bound, and held back
+    _check(result, cut_off_past_the_lease=True)
+
+
+@long_form
+def test_with_auto_fence_a_worker_cut_from_postgres_and_the_broker_behaves_as_off(
+    net: Network, auto_stack: NetStack
+) -> None:
+    """What ``auto`` cannot tell: a worker cut off from the broker too hears no beacon, so it does
+    not fence; its bodies run on beside the takeover until the heal, then stop within the bound."""
+    began = time.time()
+
+    def fault(host: str) -> None:
+        net.cut(host, "pg")
+        net.cut(host, "broker")
+
+    result = run_scenario(
+        auto_stack, net, "worker ↔ postgres + broker, fence auto", 15.0, fault, cuts_off_past_the_lease=True
+    )
+    label = "worker" if result.target == "w1" else "worker2"
+    fenced = _events(auto_stack, label, began, '"reason": "lease_fence"')
+    result.notes = f"auto: {fenced} bodies fenced (no beacon heard)"
+    TABLE[-1] = result.row()
+    assert fenced == 0, result.row()
+    _check(result, cut_off_past_the_lease=True)
