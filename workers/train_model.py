@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, BinaryIO
 
@@ -189,7 +190,7 @@ def _reported(epochs: int) -> set[int]:
     return {round(i * step) + 1 for i in range(MAX_LOSS_HISTORY)}
 
 
-def _one_run_per_file(arguments: dict[str, Any], principal: str) -> str:
+def _one_run_per_file(arguments: Mapping[str, object], principal: str) -> str:
     """The concurrency key: one run at a time per model file of each caller (two runs writing one
     file would race for it); other files, and other callers' files of the same name, run on."""
     return f"{_model_file(str(arguments['model']))} of {principal}"
