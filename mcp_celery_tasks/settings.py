@@ -238,8 +238,9 @@ class Settings(BaseSettings):
     included); a create above it gets -32001 naming the limit. 0: no limit. Per-principal
     overrides: ``mcp-celery-tasks tasks limits``."""
     creates_per_second_per_principal: float = 20.0
-    """Sustained tasks one principal may create per second, per API process (a token bucket;
-    -32001 with ``retryAfterMs`` above it). 0: no limit."""
+    """Sustained tasks one principal may create per second across every API replica (a token
+    bucket in Postgres, taken by the create itself, behind one per process; -32001 with
+    ``retryAfterMs`` above it). 0: no limit."""
     create_burst_per_principal: int = 100
     """How many creates a principal may make at once before the per-second rate applies."""
     max_waiting_inputs_per_principal: int = 4

@@ -84,7 +84,11 @@ class MemoryApiStore:
             db_now=_now(),
         )
 
-    async def create_task(self, task: NewTask, max_active: int | None = None) -> TaskRecord | None:
+    async def create_task(
+        self, task: NewTask, max_active: int | None = None, rate: float = 0.0, burst: int = 1
+    ) -> TaskRecord | None:
+        """As ``ApiStore.create_task``; one process, so no bucket is shared (``rate`` is the
+        per-process bucket's business)."""
         active = sum(1 for r in self.rows.values() if r.task.owner == task.owner and r.status in ACTIVE)
         if max_active is not None and active >= max_active:
             return None
@@ -94,6 +98,9 @@ class MemoryApiStore:
             return found
         self.rows[task.task_id] = _Row(task, status_message=task.status_message)
         return self._record(self.rows[task.task_id])
+
+    async def bucket_wait(self, owner: str, rate: float, burst: int) -> float | None:
+        return None
 
     async def task_by_key(self, owner: str, key: str) -> TaskRecord | None:
         for row in self.rows.values():

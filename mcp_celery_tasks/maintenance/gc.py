@@ -64,6 +64,9 @@ def collect_garbage(
         spent += count
         if count < batch:
             break
+    for _ in range(max_batches):  # creates-per-second buckets idle for an hour
+        if store.delete_idle_buckets(batch) < batch:
+            break
     if checkpoint_dir:
         sweep_checkpoint_dir(store, Path(checkpoint_dir))
     store.record_run("collect_garbage", deleted)

@@ -221,15 +221,24 @@ class ApiStore:
             )
         return max(0.001, bound - (time.monotonic() - started))
 
-    async def create_task(self, task: NewTask, max_active: int | None = None) -> TaskRecord | None:
+    async def create_task(
+        self, task: NewTask, max_active: int | None = None, rate: float = 0.0, burst: int = 1
+    ) -> TaskRecord | None:
         """Insert and commit a task row (autocommit): a tasks/get resolves once this returns.
-        None when the owner already has ``max_active`` active tasks (the quota).
+        None when the owner already has ``max_active`` active tasks, or when its creates-per-second
+        bucket shared by every API replica (``rate`` a second, up to ``burst``; 0: none) holds no
+        token (``bucket_wait`` tells which).
 
         With an idempotency key, the owner's live task under that key when there is one (its
         ``task_id`` is then not ``task.task_id``): the insert yields to the row that won the
         unique index, so any number of concurrent calls make one task. A row that expired
         (not yet collected) gives its key up and the insert is tried again."""
-        params = {**_rows.new_task_params(task), "max_active": max_active}
+        params = {
+            **_rows.new_task_params(task),
+            "max_active": max_active,
+            "rate": rate,
+            "burst": max(1, burst),
+        }
         sql = queries.CREATE_TASK if task.idempotency_key is None else queries.CREATE_KEYED_TASK
         for _ in range(3):
             try:
@@ -245,7 +254,14 @@ class ApiStore:
             if (existing := await self.task_by_key(task.owner, task.idempotency_key)) is not None:
                 return existing
             await self._rows(queries.RELEASE_KEY, params, tuple_row)
-        return None  # refused by the quota (or the key's row vanished three times over)
+        return None  # refused by a quota (or the key's row vanished three times over)
+
+    async def bucket_wait(self, owner: str, rate: float, burst: int) -> float | None:
+        """After a refused create: seconds until the owner's shared creates-per-second bucket
+        holds a token (0: it holds one now); None when there is no bucket."""
+        params = {"owner": owner, "rate": rate, "burst": max(1, burst)}
+        rows = await self._fetch(queries.BUCKET_WAIT, params)
+        return float(str(rows[0]["wait_s"])) if rows else None
 
     async def task_by_key(self, owner: str, key: str) -> TaskRecord | None:
         """The owner's live task created under idempotency ``key``, or None."""

@@ -61,18 +61,50 @@ SELECT %(task_id)s, %(job_id)s, %(owner)s, %(tool_name)s, %(arguments)s, %(prefl
     %(max_attempts)s, %(protocol_version)s, %(client_capabilities)s, %(client_info)s, %(session_id)s,
     %(log_level)s, %(idempotency_key)s, %(request_digest)s, %(synchronous)s,
     %(concurrency_group)s, %(concurrency_limit)s
-WHERE (%(max_active)s::int IS NULL OR (
-    SELECT count(*) FROM (
-        SELECT 1 FROM mcp_tasks WHERE owner = %(owner)s AND status IN {ACTIVE_SQL} LIMIT %(max_active)s
-    ) AS active
-) < %(max_active)s)"""
+WHERE (SELECT ok FROM active_ok)"""
+# Counted once per statement (the shared bucket below takes no token when this refuses).
+_ACTIVE_OK: Final = f"""active_ok AS (
+    SELECT (%(max_active)s::int IS NULL OR (
+        SELECT count(*) FROM (
+            SELECT 1 FROM mcp_tasks WHERE owner = %(owner)s AND status IN {ACTIVE_SQL} LIMIT %(max_active)s
+        ) AS active
+    ) < %(max_active)s) AS ok
+)"""
 _LIVE_KEY: Final = """owner = %(owner)s AND idempotency_key = %(idempotency_key)s
   AND (expires_at IS NULL OR expires_at > statement_timestamp())"""
 _KEY_CONFLICT: Final = "ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
 
-CREATE_TASK: Final[LiteralString] = f"""{_INSERT_TASK}
+# The principal's creates-per-second bucket shared by every API process (``mcp_principal_buckets``):
+# refilled at ``rate`` up to ``burst`` since its last take, then one token taken, in the create's
+# own statement (no round trip more). A take that finds less than one token leaves the row as it
+# was and the insert below does not happen. The row lock serializes one principal's creates
+# across replicas for the length of one statement; rate 0: no bucket is touched.
+_TAKE_TOKEN: Final = """bucket AS (
+    INSERT INTO mcp_principal_buckets AS b (principal, tokens, stamp)
+    SELECT %(owner)s, %(burst)s::float8 - 1, clock_timestamp()
+    WHERE %(rate)s::float8 > 0 AND (SELECT ok FROM active_ok){only}
+    ON CONFLICT (principal) DO UPDATE
+    SET tokens = LEAST(%(burst)s::float8, b.tokens + %(rate)s::float8
+                       * EXTRACT(EPOCH FROM clock_timestamp() - b.stamp)) - 1,
+        stamp = clock_timestamp()
+    WHERE LEAST(%(burst)s::float8, b.tokens + %(rate)s::float8
+                * EXTRACT(EPOCH FROM clock_timestamp() - b.stamp)) >= 1
+    RETURNING 1
+)"""
+_TOKEN_TAKEN: Final = "AND (%(rate)s::float8 <= 0 OR EXISTS (SELECT 1 FROM bucket))"
+
+CREATE_TASK: Final[LiteralString] = f"""WITH {_ACTIVE_OK}, {_TAKE_TOKEN.format(only="")}
+{_INSERT_TASK} {_TOKEN_TAKEN}
 {_KEY_CONFLICT}
 RETURNING {TASK_COLUMNS}, now() AS db_now
+"""
+
+# After a create that made no row: whether the principal's shared bucket was short of a token,
+# and in how many seconds it will hold one (else it was the active-tasks quota).
+BUCKET_WAIT: Final[LiteralString] = """
+SELECT GREATEST(0, (1 - LEAST(%(burst)s::float8, tokens + %(rate)s::float8
+                               * EXTRACT(EPOCH FROM clock_timestamp() - stamp))) / %(rate)s::float8) AS wait_s
+FROM mcp_principal_buckets WHERE principal = %(owner)s AND %(rate)s::float8 > 0
 """
 
 # A keyed create in one round trip: the owner's live task under the key, else the new row. No
@@ -81,7 +113,8 @@ RETURNING {TASK_COLUMNS}, now() AS db_now
 CREATE_KEYED_TASK: Final[LiteralString] = f"""
 WITH found AS (
     SELECT {TASK_COLUMNS}, statement_timestamp() AS db_now FROM mcp_tasks WHERE {_LIVE_KEY}
-), created AS ({_INSERT_TASK} AND NOT EXISTS (SELECT 1 FROM found)
+), {_ACTIVE_OK}, {_TAKE_TOKEN.format(only=" AND NOT EXISTS (SELECT 1 FROM found)")}, created AS (
+    {_INSERT_TASK} AND NOT EXISTS (SELECT 1 FROM found) {_TOKEN_TAKEN}
     {_KEY_CONFLICT}
     RETURNING {TASK_COLUMNS}, now() AS db_now
 )

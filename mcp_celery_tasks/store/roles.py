@@ -53,6 +53,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_spent_request_states": ("SELECT", "INSERT", "UPDATE"),  # a state's one use
         "mcp_principal_limits": _READ,
         "mcp_tool_limits": _READ,  # the fair release applies tool concurrency overrides
+        "mcp_principal_buckets": _WRITE,  # creates per second, shared by the replicas
         "mcp_maintenance": _ALL,  # the publisher records the broker's outages, and their ends
         "mcp_tasks_overview": _READ,
         "mcp_workers": _READ,  # the demand gauges: live workers' queues and slots
@@ -81,6 +82,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_checkpoints": _READ,  # steps and checkpoints go with their task (cascade)
         "mcp_principal_limits": _READ,
         "mcp_tool_limits": _READ,  # the sweeper's release pass
+        "mcp_principal_buckets": ("SELECT", "DELETE"),  # idle (full) buckets are collected
         "mcp_maintenance": _ALL,
         "mcp_workers": _ALL,  # its own row, the beats it hears from, and the long-dead rows
         "alembic_version": _READ,
@@ -96,6 +98,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_spent_request_states": _ALL,
         "mcp_principal_limits": _ALL,
         "mcp_tool_limits": _ALL,
+        "mcp_principal_buckets": _ALL,
         "mcp_limit_changes": ("SELECT", "INSERT"),  # the audit is appended to, never rewritten
         "mcp_maintenance": _ALL,
         "mcp_workers": _ALL,

@@ -36,6 +36,7 @@ __all__ = [
     "limit_changes",
     "maintenance",
     "metadata",
+    "principal_buckets",
     "principal_limits",
     "sessions",
     "spent_request_states",
@@ -288,6 +289,15 @@ limit_changes = Table(
     Column("new_value", Text, nullable=True),
     PrimaryKeyConstraint("id"),
     Index("ix_mcp_limit_changes_changed_at", "changed_at"),
+)
+
+# Migration 0020: each principal's creates-per-second bucket, shared by every API replica.
+principal_buckets = Table(
+    "mcp_principal_buckets",
+    metadata,
+    Column("principal", Text, primary_key=True),
+    Column("tokens", Float, nullable=False),
+    Column("stamp", DateTime(timezone=True), nullable=False),
 )
 
 sessions = Table(

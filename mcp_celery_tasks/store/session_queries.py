@@ -81,3 +81,11 @@ DELETE FROM mcp_spent_request_states WHERE digest IN (
     SELECT digest FROM mcp_spent_request_states WHERE expires_at < now() LIMIT %(limit)s
 )
 """
+
+# A bucket untouched for an hour is full again at any rate worth having: forgetting it changes
+# nothing (the next create starts a full one).
+DELETE_IDLE_BUCKETS: Final[LiteralString] = """
+DELETE FROM mcp_principal_buckets WHERE principal IN (
+    SELECT principal FROM mcp_principal_buckets WHERE stamp < now() - interval '1 hour' LIMIT %(limit)s
+)
+"""

@@ -427,6 +427,10 @@ class WorkerStore(RegistryCalls, DispatchCalls, LimitCalls):
         them by their expiry from then on)."""
         return self._execute(session_queries.DELETE_SPENT_REQUEST_STATES, {"limit": limit})
 
+    def delete_idle_buckets(self, limit: int) -> int:
+        """Forget up to ``limit`` creates-per-second buckets idle for an hour (full anyway)."""
+        return self._execute(session_queries.DELETE_IDLE_BUCKETS, {"limit": limit})
+
     def fail_undispatched(self, older_than_s: float, error: TaskError, message: str) -> int:
         params = {"older_than_s": older_than_s, "error": Jsonb(error), "message": message}
         return len(self._fetch(queries.FAIL_UNDISPATCHED, params))

@@ -5,7 +5,9 @@ with ``mcp-celery-tasks tasks limits``; re-read every ``OVERRIDES_TTL_S``). A re
 ``QuotaExceeded`` error naming the limit and, when waiting helps, when to retry:
 
 - active tasks (working or waiting for input): checked by the create statement itself;
-- creations per second: a token bucket per principal in this process;
+- creations per second: a token bucket per principal in this process (a cheap first line), and
+  one per principal shared by every API replica, taken by the create statement itself
+  (``mcp_principal_buckets``): N replicas give a principal its rate once, not N times;
 - requests in progress at once: counted in this process (waits for a result are not counted).
 """
 
@@ -104,15 +106,20 @@ class Quotas:
         bucket.tokens = min(burst, bucket.tokens + (now - bucket.stamp) * rate)
         bucket.stamp = now
         if bucket.tokens < 1.0:
-            wait = (1.0 - bucket.tokens) / rate
-            raise QuotaExceeded(
-                f"Too many tasks created: at most {rate:g} per second (bursts of {burst:g}); "
-                f"retry in {wait:.2f} s",
-                limit="creates_per_second",
-                maximum=rate,
-                retry_after_s=wait,
-            )
+            raise self.rate_exceeded(limits, (1.0 - bucket.tokens) / rate)
         bucket.tokens -= 1.0
+
+    @staticmethod
+    def rate_exceeded(limits: Limits, wait: float, *, across_replicas: bool = False) -> QuotaExceeded:
+        rate, burst = limits.creates_per_second, max(1, limits.create_burst)
+        where = " across every API replica" if across_replicas else ""
+        return QuotaExceeded(
+            f"Too many tasks created: at most {rate:g} per second{where} (bursts of {burst:g}); "
+            f"retry in {wait:.2f} s",
+            limit="creates_per_second",
+            maximum=rate,
+            retry_after_s=wait,
+        )
 
     def give_back(self, principal: str, limits: Limits) -> None:
         """Return the token of a create that made nothing (an idempotent call's replay)."""

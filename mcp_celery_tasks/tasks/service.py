@@ -42,7 +42,7 @@ from mcp_celery_tasks.store import (
 )
 from mcp_celery_tasks.tasks import idempotency
 from mcp_celery_tasks.tasks.events import TaskEvents
-from mcp_celery_tasks.tasks.quotas import Quotas
+from mcp_celery_tasks.tasks.quotas import Limits, Quotas
 from mcp_celery_tasks.telemetry import metrics, tracing
 from mcp_celery_tasks.tools.concurrency import waiting_message
 from mcp_celery_tasks.tools.inputs import validate_response
@@ -197,13 +197,18 @@ class TaskService:
         new = self._new_task(ctx, spec, arguments, task_id, retention_ms, as_task, preflight, log_level)
         new = dataclasses.replace(new, idempotency_key=idempotency_key, request_digest=digest)
         try:
-            record = await self._store.create_task(new, max_active=limits.max_active_tasks or None)
+            record = await self._store.create_task(
+                new,
+                max_active=limits.max_active_tasks or None,
+                rate=max(0.0, limits.creates_per_second),
+                burst=limits.create_burst,
+            )
         except InfrastructureError as exc:
             if not exc.maybe_applied:
                 raise
             raise self._maybe_created(task_id, ctx.principal, as_task, idempotency_key) from exc
         if record is None:
-            raise self.quotas.active_exceeded(limits)
+            raise await self._refused(ctx.principal, limits)
         if digest is not None and record.task_id != task_id:  # the key's task, made before
             self.quotas.give_back(ctx.principal, limits)
             return self._replayed(record, spec, digest, as_task)
@@ -212,6 +217,15 @@ class TaskService:
         self._publisher.publish_job(record.job_id, record.queue, tracing.inject())
         metrics.tasks_created.labels(spec.name, "task" if as_task else "sync").inc()
         return record
+
+    async def _refused(self, principal: str, limits: Limits) -> QuotaExceeded:
+        """Which quota refused a create that made no row: the creates-per-second bucket every API
+        replica shares (this process's own bucket is only a first line), or the active tasks."""
+        rate = limits.creates_per_second
+        wait = await self._store.bucket_wait(principal, rate, limits.create_burst) if rate > 0 else None
+        if wait is not None and (wait > 0 or not limits.max_active_tasks):
+            return self.quotas.rate_exceeded(limits, max(wait, 0.01), across_replicas=True)
+        return self.quotas.active_exceeded(limits)
 
     @staticmethod
     def _replayed(record: TaskRecord, spec: ToolSpec, digest: str, as_task: bool) -> TaskRecord:

@@ -1,5 +1,5 @@
-"""Concurrency limits per tool and per argument value, their admin overrides, and an audit of
-every limit change.
+"""Concurrency limits per tool and per argument value, their admin overrides, an audit of every
+limit change, and creates-per-second buckets shared across API replicas.
 
 A task of a tool declared with ``@tool(concurrency=N)`` carries its group and the declared limit:
 ``concurrency_group`` is ``''`` for a tool-wide limit or the label of its key's value
@@ -10,7 +10,9 @@ jobs in flight; rows of tools without a limit stay out of it (they cost nothing)
 
 ``mcp_tool_limits`` holds admin overrides (``tasks limits tool``): one group's limit, or with
 ``concurrency_group = '*'`` every group of the tool. ``mcp_limit_changes`` records who changed
-which limit when, old and new value (principal limits too). Issue 31, items 1 and 4.
+which limit when, old and new value (principal limits too). ``mcp_principal_buckets`` holds each
+principal's creates-per-second token bucket shared by every API replica (taken in the create's
+own statement, ``queries.CREATE_TASK``). Issue 31, items 1 and 4.
 
 Revision ID: 0020
 Revises: 0019
@@ -82,9 +84,17 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_mcp_limit_changes")),
     )
     op.create_index("ix_mcp_limit_changes_changed_at", "mcp_limit_changes", ["changed_at"])
+    op.create_table(
+        "mcp_principal_buckets",
+        sa.Column("principal", sa.Text(), nullable=False),
+        sa.Column("tokens", sa.Float(), nullable=False),
+        sa.Column("stamp", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("principal", name=op.f("pk_mcp_principal_buckets")),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("mcp_principal_buckets")
     op.drop_index("ix_mcp_limit_changes_changed_at", table_name="mcp_limit_changes")
     op.drop_table("mcp_limit_changes")
     op.drop_table("mcp_tool_limits")

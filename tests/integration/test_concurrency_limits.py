@@ -7,6 +7,7 @@ The tests play the worker with ``claim`` and ``finish``, as ``test_fair_dispatch
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -189,3 +190,63 @@ async def test_a_suspended_job_holds_no_place_in_its_group(api: ApiStore, store:
         (first,),
     )
     assert released_ids(store) == [jobs[1].job_id]
+
+
+# ---- creates per second across API replicas (``queries.CREATE_TASK``'s shared bucket) ----------
+
+
+async def test_the_creates_bucket_is_shared_by_every_api_process(
+    api: ApiStore, limit_settings: Settings
+) -> None:
+    other = ApiStore(limit_settings)  # a second replica on the same database
+    await other.open()
+    try:
+        made = []
+        for store in (api, other, api):  # the burst of 3, spent across both
+            made.append(await store.create_task(new_task(owner=ALICE), rate=0.5, burst=3))
+        assert all(record is not None for record in made)
+        assert await other.create_task(new_task(owner=ALICE), rate=0.5, burst=3) is None
+        assert await api.create_task(new_task(owner=ALICE), rate=0.5, burst=3) is None
+        wait = await api.bucket_wait(ALICE, 0.5, 3)
+        assert wait is not None and 0 < wait <= 2.0
+        assert await other.create_task(new_task(owner=BOB), rate=0.5, burst=3) is not None  # his own
+        assert await api.create_task(new_task(owner=ALICE)) is not None  # rate 0: no bucket at all
+    finally:
+        await other.close()
+
+
+async def test_a_refill_gives_tokens_back_at_the_rate(api: ApiStore) -> None:
+    assert await api.create_task(new_task(owner=ALICE), rate=20, burst=1) is not None
+    assert await api.create_task(new_task(owner=ALICE), rate=20, burst=1) is None
+    await asyncio.sleep(0.08)  # 1.6 tokens' worth, capped at the burst of 1
+    assert await api.create_task(new_task(owner=ALICE), rate=20, burst=1) is not None
+    assert await api.create_task(new_task(owner=ALICE), rate=20, burst=1) is None
+
+
+async def test_a_keyed_replay_takes_no_token(api: ApiStore) -> None:
+    keyed = new_task(owner=ALICE, idempotency_key="k-1", request_digest="d")
+    first = await api.create_task(keyed, rate=0.01, burst=1)
+    assert first is not None
+    again = await api.create_task(
+        new_task(owner=ALICE, idempotency_key="k-1", request_digest="d"), rate=0.01, burst=1
+    )
+    assert again is not None and again.task_id == first.task_id  # found, not refused by the empty bucket
+    assert await api.create_task(new_task(owner=ALICE), rate=0.01, burst=1) is None  # empty indeed
+
+
+async def test_the_collector_forgets_idle_buckets_only(api: ApiStore, store: WorkerStore, db: Db) -> None:
+    await api.create_task(new_task(owner=ALICE), rate=1, burst=5)
+    await api.create_task(new_task(owner=BOB), rate=1, burst=5)
+    db.execute(
+        "UPDATE mcp_principal_buckets SET stamp = now() - interval '2 hours' WHERE principal = %s", (BOB,)
+    )
+    assert store.delete_idle_buckets(100) == 1
+    rows = db.execute("SELECT principal FROM mcp_principal_buckets").fetchall()
+    assert [row["principal"] for row in rows] == [ALICE]
+
+
+async def test_a_create_refused_for_active_tasks_takes_no_token(api: ApiStore) -> None:
+    assert await api.create_task(new_task(owner=ALICE), max_active=1, rate=0.01, burst=2) is not None
+    assert await api.create_task(new_task(owner=ALICE), max_active=1, rate=0.01, burst=2) is None
+    assert await api.bucket_wait(ALICE, 0.01, 2) == 0  # the second token is still there
+    assert await api.create_task(new_task(owner=ALICE), max_active=5, rate=0.01, burst=2) is not None

@@ -5,6 +5,7 @@ may have been written, which task to look up."""
 from __future__ import annotations
 
 import asyncio
+import typing
 
 import pytest
 from mcp_types import jsonrpc as codes
@@ -65,8 +66,10 @@ def written_then_lost(memory: MemoryApiStore, monkeypatch: pytest.MonkeyPatch) -
     """The INSERT commits, then the connection breaks before its answer (``maybe_applied``)."""
     real = memory.create_task
 
-    async def create_task(task: NewTask, max_active: int | None = None) -> TaskRecord | None:
-        await real(task, max_active)
+    async def create_task(
+        task: NewTask, max_active: int | None = None, **bucket: typing.Any
+    ) -> TaskRecord | None:
+        await real(task, max_active, **bucket)
         lost = InfrastructureError("the task database is unavailable")
         lost.maybe_applied = True
         raise lost
