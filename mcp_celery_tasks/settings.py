@@ -250,8 +250,9 @@ class Settings(BaseSettings):
     a principal holds at most this plus ``dispatch_ahead`` waiting jobs per queue. 0: no limit.
     Per-principal overrides: ``mcp-celery-tasks tasks limits``."""
     max_concurrent_requests_per_principal: int = 128
-    """Requests one principal may have in progress at once per API process (HTTP 429 above;
-    waiting for a synchronous result is not counted). 0: no limit."""
+    """Requests one principal may have in progress at once across every API replica (each counts
+    its own plus what the others reported a second ago; HTTP 429 above; waiting for a synchronous
+    result is not counted). 0: no limit."""
     max_inflight_body_bytes: int = 64 * 1_048_576
     """Bytes of large request bodies (over 64 KiB) one API process reads and parses at once;
     more wait their turn (HTTP 503 after 10 s). Small requests never wait."""

@@ -9,6 +9,7 @@ FastAPI lifespan and hands ``Services`` to requests as lifespan state. No HTTP h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,6 +24,7 @@ from mcp_celery_tasks.protocol.sealing import Sealer
 from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, WorkerStore
+from mcp_celery_tasks.tasks import shared_load
 from mcp_celery_tasks.tasks.events import TaskEvents
 from mcp_celery_tasks.tasks.service import TaskService
 from mcp_celery_tasks.telemetry import tracing
@@ -67,11 +69,17 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
     queue = default_queue(celery, settings)
     tasks = TaskService(settings, store, events, fair, queue)
     demand = _start_demand_gauges(store, settings, queue)
+    load = asyncio.create_task(
+        shared_load.share_load(store, tasks.quotas, shared_load.replica_id()), name="mcp-load"
+    )
     try:
         yield Services(settings, tasks, store, events, fair, Sealer(settings.secret_keys), SERVER_VERSION)
     finally:
         if demand is not None:
             demand.cancel()
+        load.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await load
         await events.stop()
         await asyncio.to_thread(fair.stop)
         await asyncio.to_thread(publisher.stop)

@@ -256,6 +256,21 @@ class ApiStore:
             await self._rows(queries.RELEASE_KEY, params, tuple_row)
         return None  # refused by a quota (or the key's row vanished three times over)
 
+    async def share_load(self, replica: str, counts: Mapping[str, int], fresh_s: float) -> dict[str, int]:
+        """Record this replica's requests in progress per principal; the other live replicas'."""
+        params = {
+            "replica": replica,
+            "principals": list(counts),
+            "counts": list(counts.values()),
+            "fresh_s": fresh_s,
+        }
+        rows = await self._fetch(session_queries.SHARE_LOAD, params)
+        return {str(row["principal"]): int(str(row["in_progress"])) for row in rows}
+
+    async def forget_load(self, replica: str) -> None:
+        """Delete this replica's rows (a clean shutdown: the others stop counting them at once)."""
+        await self._fetch(session_queries.FORGET_LOAD, {"replica": replica})
+
     async def bucket_wait(self, owner: str, rate: float, burst: int) -> float | None:
         """After a refused create: seconds until the owner's shared creates-per-second bucket
         holds a token (0: it holds one now); None when there is no bucket."""

@@ -54,6 +54,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_principal_limits": _READ,
         "mcp_tool_limits": _READ,  # the fair release applies tool concurrency overrides
         "mcp_principal_buckets": _WRITE,  # creates per second, shared by the replicas
+        "mcp_api_load": _ALL,  # its requests in progress, and the others'
         "mcp_maintenance": _ALL,  # the publisher records the broker's outages, and their ends
         "mcp_tasks_overview": _READ,
         "mcp_workers": _READ,  # the demand gauges: live workers' queues and slots
@@ -99,6 +100,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_principal_limits": _ALL,
         "mcp_tool_limits": _ALL,
         "mcp_principal_buckets": _ALL,
+        "mcp_api_load": _ALL,
         "mcp_limit_changes": ("SELECT", "INSERT"),  # the audit is appended to, never rewritten
         "mcp_maintenance": _ALL,
         "mcp_workers": _ALL,

@@ -33,6 +33,7 @@ from mcp_celery_tasks.store.queries import NOTIFY_CHANNEL
 __all__ = [
     "NOTIFY_CHANNEL",
     "VIEWS",
+    "api_load",
     "limit_changes",
     "maintenance",
     "metadata",
@@ -298,6 +299,17 @@ principal_buckets = Table(
     Column("principal", Text, primary_key=True),
     Column("tokens", Float, nullable=False),
     Column("stamp", DateTime(timezone=True), nullable=False),
+)
+
+# Migration 0020: requests in progress per principal on each API replica (shared every second).
+api_load = Table(
+    "mcp_api_load",
+    metadata,
+    Column("replica", Text, nullable=False),
+    Column("principal", Text, nullable=False),
+    Column("in_progress", Integer, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("replica", "principal"),
 )
 
 sessions = Table(

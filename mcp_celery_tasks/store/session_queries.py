@@ -89,3 +89,24 @@ DELETE FROM mcp_principal_buckets WHERE principal IN (
     SELECT principal FROM mcp_principal_buckets WHERE stamp < now() - interval '1 hour' LIMIT %(limit)s
 )
 """
+
+# One API replica's requests in progress per principal replace its earlier ones (the rows of
+# principals it no longer serves deleted, the others updated in place); the answer is
+# the other live replicas' (reported within ``fresh_s``). Rows of replicas silent for a minute
+# (crashed) are deleted on the way, so the table holds live replicas' busy principals only.
+SHARE_LOAD: Final[LiteralString] = """
+WITH gone AS (
+    DELETE FROM mcp_api_load
+    WHERE (replica = %(replica)s AND NOT principal = ANY(%(principals)s::text[]))
+       OR (replica <> %(replica)s AND updated_at < now() - interval '1 minute')
+), mine AS (
+    INSERT INTO mcp_api_load (replica, principal, in_progress, updated_at)
+    SELECT %(replica)s, p, n, now() FROM unnest(%(principals)s::text[], %(counts)s::int[]) AS x(p, n)
+    ON CONFLICT (replica, principal) DO UPDATE SET in_progress = EXCLUDED.in_progress, updated_at = now()
+)
+SELECT principal, sum(in_progress)::int AS in_progress FROM mcp_api_load
+WHERE replica <> %(replica)s AND updated_at > now() - %(fresh_s)s * interval '1 second'
+GROUP BY principal
+"""
+
+FORGET_LOAD: Final[LiteralString] = "DELETE FROM mcp_api_load WHERE replica = %(replica)s RETURNING principal"

@@ -8,7 +8,8 @@ with ``mcp-celery-tasks tasks limits``; re-read every ``OVERRIDES_TTL_S``). A re
 - creations per second: a token bucket per principal in this process (a cheap first line), and
   one per principal shared by every API replica, taken by the create statement itself
   (``mcp_principal_buckets``): N replicas give a principal its rate once, not N times;
-- requests in progress at once: counted in this process (waits for a result are not counted).
+- requests in progress at once: counted in this process (waits for a result are not counted),
+  plus what the other API replicas reported a second ago (``tasks.shared_load``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class Quotas:
         self._loaded_at = float("-inf")
         self._buckets: dict[str, _Bucket] = {}
         self._in_progress: dict[str, int] = {}
+        self.elsewhere: dict[str, int] = {}
+        """Requests in progress per principal on the other API replicas (``tasks.shared_load``)."""
 
     async def limits(self, principal: str) -> Limits:
         """The principal's limits (overrides re-read at most every ``OVERRIDES_TTL_S``)."""
@@ -136,7 +139,7 @@ class Quotas:
     def request(self, principal: str, limits: Limits) -> Iterator[None]:
         """Count a request in progress for its principal; refuse one over the limit."""
         count = self._in_progress.get(principal, 0)
-        if 0 < limits.max_concurrent_requests <= count:
+        if 0 < limits.max_concurrent_requests <= count + self.elsewhere.get(principal, 0):
             raise QuotaExceeded(
                 f"Too many requests in progress: at most {limits.max_concurrent_requests} at once",
                 limit="concurrent_requests",
@@ -152,6 +155,10 @@ class Quotas:
                 self._in_progress[principal] = left
             else:
                 self._in_progress.pop(principal, None)
+
+    def in_progress(self) -> dict[str, int]:
+        """This process's requests in progress per principal (a copy)."""
+        return dict(self._in_progress)
 
     @staticmethod
     def active_exceeded(limits: Limits) -> QuotaExceeded:

@@ -12,7 +12,8 @@ jobs in flight; rows of tools without a limit stay out of it (they cost nothing)
 ``concurrency_group = '*'`` every group of the tool. ``mcp_limit_changes`` records who changed
 which limit when, old and new value (principal limits too). ``mcp_principal_buckets`` holds each
 principal's creates-per-second token bucket shared by every API replica (taken in the create's
-own statement, ``queries.CREATE_TASK``). Issue 31, items 1 and 4.
+own statement, ``queries.CREATE_TASK``); ``mcp_api_load`` the requests each API replica has in
+progress per principal, shared every second (``tasks.shared_load``). Issue 31, items 1 and 4.
 
 Revision ID: 0020
 Revises: 0019
@@ -91,9 +92,18 @@ def upgrade() -> None:
         sa.Column("stamp", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("principal", name=op.f("pk_mcp_principal_buckets")),
     )
+    op.create_table(
+        "mcp_api_load",
+        sa.Column("replica", sa.Text(), nullable=False),
+        sa.Column("principal", sa.Text(), nullable=False),
+        sa.Column("in_progress", sa.Integer(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.text("now()")),
+        sa.PrimaryKeyConstraint("replica", "principal", name=op.f("pk_mcp_api_load")),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("mcp_api_load")
     op.drop_table("mcp_principal_buckets")
     op.drop_index("ix_mcp_limit_changes_changed_at", table_name="mcp_limit_changes")
     op.drop_table("mcp_limit_changes")

@@ -1,5 +1,6 @@
-"""Creates per second across API replicas: two API processes on one database give a principal
-its rate once, not twice (the bucket in ``mcp_principal_buckets``, taken by the create statement).
+"""Quotas across API replicas: two API processes on one database give a principal its creates per
+second once, not twice (the bucket in ``mcp_principal_buckets``, taken by the create statement),
+and count its requests in progress on both (``tasks.shared_load``, a second behind).
 
 Two real API processes beside the shared stack's worker; carol hammers both at once from threads
 for a few seconds and the test counts what each replica let through.
@@ -8,15 +9,17 @@ for a few seconds and the test counts what each replica let through.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support import Client, Proc, Stack, start_api
+from tests.support import Client, Proc, Stack, start_api, wait_until
 
-TOKENS = {"carol": "carol-secret", "dave": "dave-secret"}
+TOKENS = {"carol": "carol-secret", "dave": "dave-secret", "erin": "erin-secret"}
+ERIN_CONCURRENT = 2
 RATE, BURST = 5.0, 5
 HAMMER_S = 3.0
 
@@ -30,6 +33,13 @@ def replicas(stack: Stack) -> Iterator[list[str]]:
         MCP_TASKS_CREATE_BURST_PER_PRINCIPAL=str(BURST),
         MCP_TASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL="0",
     )
+    with stack.db() as conn:  # erin's override, read by both replicas at start
+        conn.execute(
+            "INSERT INTO mcp_principal_limits (principal, max_concurrent_requests) VALUES (%s, %s)"
+            " ON CONFLICT (principal) DO UPDATE SET"
+            " max_concurrent_requests = EXCLUDED.max_concurrent_requests",
+            ("token:erin", ERIN_CONCURRENT),
+        )
     procs: list[Proc] = []
     urls = []
     try:
@@ -93,3 +103,39 @@ def test_another_principal_is_not_slowed_by_carols_flood(replicas: list[str]) ->
         assert all(dave.call_tool("noop").result["resultType"] == "task" for _ in range(BURST))
     finally:
         dave.close()
+
+
+def _slow_post(url: str, token: str) -> socket.socket:
+    """A request whose head arrived and whose body never finishes: in progress until closed."""
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    sock = socket.create_connection(("127.0.0.1", port))
+    head = (
+        "POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Length: 1000\r\n\r\n"
+    )
+    sock.sendall(head.encode() + b"{")
+    return sock
+
+
+@pytest.mark.timeout(60)
+def test_requests_in_progress_on_one_replica_count_on_the_other(replicas: list[str]) -> None:
+    a, b = replicas
+    held = [_slow_post(a, TOKENS["erin"]) for _ in range(ERIN_CONCURRENT)]  # erin's limit, on a
+    erin_b = Client(b, token=TOKENS["erin"])
+    try:
+        started = time.monotonic()
+
+        def refused_on_b() -> bool:
+            reply = erin_b.request("tools/list")
+            return reply.status == 429 and reply.body["error"]["data"]["limit"] == "concurrent_requests"
+
+        wait_until(refused_on_b, 10, 0.1, what="replica b to count erin's requests on replica a")
+        print(f"replica b refused erin {time.monotonic() - started:.2f} s after a held her limit")
+        dave = Client(b, token=TOKENS["dave"])
+        assert dave.request("tools/list").status == 200  # nobody else is affected
+        dave.close()
+    finally:
+        for sock in held:
+            sock.close()
+    wait_until(lambda: erin_b.request("tools/list").status == 200, 10, 0.1, what="erin's slots to free up")
+    erin_b.close()

@@ -250,3 +250,23 @@ async def test_a_create_refused_for_active_tasks_takes_no_token(api: ApiStore) -
     assert await api.create_task(new_task(owner=ALICE), max_active=1, rate=0.01, burst=2) is None
     assert await api.bucket_wait(ALICE, 0.01, 2) == 0  # the second token is still there
     assert await api.create_task(new_task(owner=ALICE), max_active=5, rate=0.01, burst=2) is not None
+
+
+# ---- requests in progress across API replicas (``tasks.shared_load``) --------------------------
+
+
+async def test_replicas_see_each_others_requests_in_progress_and_forget_the_silent(
+    api: ApiStore, db: Db
+) -> None:
+    assert await api.share_load("a", {ALICE: 2, BOB: 1}, 5.0) == {}
+    assert await api.share_load("b", {ALICE: 1}, 5.0) == {ALICE: 2, BOB: 1}
+    assert await api.share_load("a", {ALICE: 3}, 5.0) == {ALICE: 1}  # a's own rows replaced, b's seen
+    assert await api.share_load("b", {}, 5.0) == {ALICE: 3}  # bob is gone from a
+    db.execute("UPDATE mcp_api_load SET updated_at = now() - interval '10 seconds' WHERE replica = 'a'")
+    assert await api.share_load("b", {}, 5.0) == {}  # a went silent: no longer counted
+    db.execute("UPDATE mcp_api_load SET updated_at = now() - interval '2 minutes' WHERE replica = 'a'")
+    await api.share_load("b", {ALICE: 1}, 5.0)
+    rows = db.execute("SELECT replica FROM mcp_api_load").fetchall()
+    assert [row["replica"] for row in rows] == ["b"]  # a's rows deleted on the way
+    await api.forget_load("b")
+    assert db.execute("SELECT count(*) AS n FROM mcp_api_load").fetchone()["n"] == 0
