@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -383,6 +384,25 @@ class Stack:
             found = cur.execute("SELECT * FROM mcp_tasks WHERE task_id = %s", (task_id,)).fetchone()
         assert found is not None
         return found
+
+
+@contextlib.contextmanager
+def stack_of_its_own(
+    label: str, template_db: str, tools: str, *, concurrency: int = 2, **extra: str
+) -> Iterator[Stack]:
+    """``running_stack`` on a database of its own (copied from the migrated template, dropped
+    after), loading the tool modules ``tools`` (a JSON list): a module's stack that no other
+    module's rows or quotas can disturb."""
+    name = f"mcpt_{label}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    dsn = create_database(name, template=template_db)
+    try:
+        with running_stack(
+            label, dsn, REDIS_URL, f"{label[:1]}{uuid.uuid4().hex[:6]}", concurrency=concurrency,
+            MCP_TASKS_TOOL_MODULES=tools, **extra,
+        ) as stack:  # fmt: skip
+            yield stack
+    finally:
+        drop_database(name)
 
 
 @contextlib.contextmanager

@@ -6,7 +6,6 @@ on the rows that enforce it.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,20 +20,8 @@ TOOLS = '["tests.fixtures.conformance", "tests.fixtures.limited"]'
 
 @pytest.fixture(scope="module")
 def limit_stack(template_db: str) -> Iterator[Stack]:
-    name = f"mcpt_limit_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    dsn = support.create_database(name, template=template_db)
-    try:
-        with support.running_stack(
-            "limit",
-            dsn,
-            support.REDIS_URL,
-            f"l{uuid.uuid4().hex[:6]}",
-            concurrency=4,
-            MCP_TASKS_TOOL_MODULES=TOOLS,
-        ) as stack:
-            yield stack
-    finally:
-        support.drop_database(name)
+    with support.stack_of_its_own("limit", template_db, TOOLS, concurrency=4) as stack:
+        yield stack
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ so the gaps between attempts are measured from inside the body.
 from __future__ import annotations
 
 import itertools
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,15 +30,8 @@ the release, the broker and the claim."""
 
 @pytest.fixture(scope="module")
 def retry_stack(template_db: str) -> Iterator[Stack]:
-    name = f"mcpt_retry_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    dsn = support.create_database(name, template=template_db)
-    try:
-        with support.running_stack(
-            "retry", dsn, support.REDIS_URL, f"r{uuid.uuid4().hex[:6]}", MCP_TASKS_TOOL_MODULES=TOOLS
-        ) as stack:
-            yield stack
-    finally:
-        support.drop_database(name)
+    with support.stack_of_its_own("retry", template_db, TOOLS) as stack:
+        yield stack
 
 
 @pytest.fixture

@@ -8,9 +8,6 @@ The tests play the worker with ``claim`` and ``finish``, as ``test_fair_dispatch
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-
-import pytest
 
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore
@@ -22,26 +19,6 @@ BOB = "token:bob"
 QUEUE = "mcp.default"
 TRAIN = "train_model"
 ME = "host:1:aaaa"
-
-
-@pytest.fixture
-def limit_settings(db_url: str) -> Settings:
-    return Settings(database_url=db_url, tool_modules=["workers"])
-
-
-@pytest.fixture
-async def api(limit_settings: Settings) -> AsyncIterator[ApiStore]:
-    store = ApiStore(limit_settings)
-    await store.open()
-    yield store
-    await store.close()
-
-
-@pytest.fixture
-def store(limit_settings: Settings) -> Iterator[WorkerStore]:
-    worker_store = WorkerStore(limit_settings)
-    yield worker_store
-    worker_store.close()
 
 
 async def make(
@@ -196,9 +173,9 @@ async def test_a_suspended_job_holds_no_place_in_its_group(api: ApiStore, store:
 
 
 async def test_the_creates_bucket_is_shared_by_every_api_process(
-    api: ApiStore, limit_settings: Settings
+    api: ApiStore, store_settings: Settings
 ) -> None:
-    other = ApiStore(limit_settings)  # a second replica on the same database
+    other = ApiStore(store_settings)  # a second replica on the same database
     await other.open()
     try:
         made = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -32,26 +32,6 @@ ALICE = "token:alice"
 BOB = "token:bob"
 CAROL = "token:carol"
 QUEUE = "mcp.default"
-
-
-@pytest.fixture
-def fair_settings(db_url: str) -> Settings:
-    return Settings(database_url=db_url, tool_modules=["workers"])
-
-
-@pytest.fixture
-async def api(fair_settings: Settings) -> AsyncIterator[ApiStore]:
-    store = ApiStore(fair_settings)
-    await store.open()
-    yield store
-    await store.close()
-
-
-@pytest.fixture
-def store(fair_settings: Settings) -> Iterator[WorkerStore]:
-    worker_store = WorkerStore(fair_settings)
-    yield worker_store
-    worker_store.close()
 
 
 async def backlog(api: ApiStore, owner: str, count: int, queue: str = QUEUE) -> list[TaskRecord]:
@@ -182,11 +162,11 @@ ITEM: InputItem = {"key": "k", "method": "elicitation/create", "params": {}, "pa
 
 
 async def test_an_input_request_over_the_principal_s_waiting_limit_is_a_tool_error(
-    api: ApiStore, fair_settings: Settings
+    api: ApiStore, store_settings: Settings
 ) -> None:
     # Jobs released before the first question was asked may ask too: the ask itself is refused
     # past the limit (the call ends isError), so they cannot hold every slot of the queue.
-    store = WorkerStore(fair_settings.model_copy(update={"max_waiting_inputs_per_principal": 1}))
+    store = WorkerStore(store_settings.model_copy(update={"max_waiting_inputs_per_principal": 1}))
     try:
         first, second = await backlog(api, ALICE, 2)
         (other_queue,) = await backlog(api, ALICE, 1, queue="gpu")
@@ -213,7 +193,7 @@ async def test_an_input_request_over_the_principal_s_waiting_limit_is_a_tool_err
 
 
 async def test_a_release_whose_batch_fails_goes_back_to_the_backlog_whole(
-    api: ApiStore, store: WorkerStore, fair_settings: Settings
+    api: ApiStore, store: WorkerStore, store_settings: Settings
 ) -> None:
     alice = await backlog(api, ALICE, 3)
     buffered: list[str] = []
@@ -226,7 +206,7 @@ async def test_a_release_whose_batch_fails_goes_back_to_the_backlog_whole(
     with pytest.raises(BrokerUnavailable):
         release_and_publish(
             store,
-            fair_settings,
+            store_settings,
             lambda job, _q, _h: buffered.append(job),
             queues={QUEUE: 3},
             batch=refused_at_flush,
@@ -238,10 +218,10 @@ async def test_a_release_whose_batch_fails_goes_back_to_the_backlog_whole(
 
 
 async def test_the_api_publishes_a_release_to_redis_in_one_batch(
-    api: ApiStore, fair_settings: Settings
+    api: ApiStore, store_settings: Settings
 ) -> None:
     queue = f"mcpt.fair.{uuid.uuid4().hex[:8]}"
-    settings = fair_settings.model_copy(update={"broker_url": support.REDIS_URL, "dispatch_ahead": 3})
+    settings = store_settings.model_copy(update={"broker_url": support.REDIS_URL, "dispatch_ahead": 3})
     records = await backlog(api, ALICE, 5, queue=queue)
     publisher = FairPublisher(
         create_app(settings),

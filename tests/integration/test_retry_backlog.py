@@ -18,11 +18,9 @@ from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, TaskRecord, WorkerStore, queries, retry_queries
 from mcp_celery_tasks.store import backlog as backlog_sql
 from tests.integration.conftest import Db
-from tests.integration.test_fair_dispatch import ALICE, BOB, QUEUE, api, backlog, fair_settings, store
+from tests.integration.test_fair_dispatch import ALICE, BOB, QUEUE, backlog
 from tests.integration.test_maintenance import LEASE_S, move
 from tests.integration.test_store import raw_row
-
-__all__ = ["api", "fair_settings", "store"]  # the fixtures, shared with the fair dispatch tests
 
 ME = "host:1:aaaa"
 MESSAGE = "retrying in 60 s (attempt 2/3): TimeoutError: slow"
@@ -167,13 +165,16 @@ def test_the_release_statements_read_through_their_partial_indexes(
 
 
 async def test_the_sweeper_leaves_a_waiting_retry_alone_through_an_outage_and_publishes_it_when_due(
-    api: ApiStore, store: WorkerStore, db: Db, fair_settings: Settings
+    api: ApiStore, store: WorkerStore, db: Db, store_settings: Settings
 ) -> None:
     published: list[tuple[str, str]] = []
 
     def sweep() -> int:
         return gc.sweep(
-            store, lambda job, queue: published.append((job, queue)), fair_settings, queue_depth=lambda _: 100
+            store,
+            lambda job, queue: published.append((job, queue)),
+            store_settings,
+            queue_depth=lambda _: 100,
         )
 
     retry = await waiting_retry(api, store)

@@ -48,22 +48,30 @@ def _python_block(first_line: str) -> str:
     return str(block)
 
 
-def test_readme_tool_module_recipe_registers_its_tool(tmp_path: Path) -> None:
+def _probe_example(tmp_path: Path, module: str, probe: str) -> object:
+    """Write the README's ``# myproject/<module>.py`` block as a package, run ``probe`` (Python
+    that prints JSON) beside it in a fresh interpreter, and return what it printed."""
     package = tmp_path / "myproject"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "tools.py").write_text(_python_block("# myproject/tools.py"))
-    probe = (
-        "import json; from mcp_celery_tasks.tools.registry import all_tools, load_tool_modules; "
-        "load_tool_modules(['myproject.tools']); "
-        "print(json.dumps({s.name: s.input_schema for s in all_tools()}))"
-    )
+    (package / f"{module}.py").write_text(_python_block(f"# myproject/{module}.py"))
     ran = subprocess.run(
         [sys.executable, "-c", probe],
         cwd=tmp_path, env={"PYTHONPATH": f"{tmp_path}:{ROOT}"}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
-    schema = json.loads(ran.stdout)["countdown"]
+    return json.loads(ran.stdout)
+
+
+def test_readme_tool_module_recipe_registers_its_tool(tmp_path: Path) -> None:
+    probe = (
+        "import json; from mcp_celery_tasks.tools.registry import all_tools, load_tool_modules; "
+        "load_tool_modules(['myproject.tools']); "
+        "print(json.dumps({s.name: s.input_schema for s in all_tools()}))"
+    )
+    schemas = _probe_example(tmp_path, "tools", probe)
+    assert isinstance(schemas, dict)
+    schema = schemas["countdown"]
     assert schema["properties"]["seconds"]["type"] == "integer" and "required" not in schema
 
 
@@ -115,18 +123,9 @@ def test_readme_durable_steps_example_runs_and_records_its_step_and_checkpoint(t
 
 
 def test_readme_concurrency_example_declares_its_limits(tmp_path: Path) -> None:
-    package = tmp_path / "myproject"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "train.py").write_text(_python_block("# myproject/train.py"))
     probe = (
         "import json; from mcp_celery_tasks.tools.registry import get_tool, load_tool_modules; "
         "load_tool_modules(['myproject.train']); t, r = get_tool('train_model'), get_tool('render'); "
         "print(json.dumps([t.concurrency_group({'model': 'moons'}), r.concurrency_group({'scene': 'x'})]))"
     )
-    ran = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=tmp_path, env={"PYTHONPATH": f"{tmp_path}:{ROOT}"}, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stderr
-    assert json.loads(ran.stdout) == [["model=moons", 1], ["", 8]]
+    assert _probe_example(tmp_path, "train", probe) == [["model=moons", 1], ["", 8]]
