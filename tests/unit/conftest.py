@@ -46,3 +46,26 @@ def meta(extension: bool = True, **capabilities: Any) -> dict[str, Any]:
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": caps,
     }
+
+
+# ---- the watchdog's clock and process table (test_watchdog, test_fence) --------------------------
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    now = [1000.0]
+    monkeypatch.setattr("mcp_celery_tasks.worker.watchdog.time.monotonic", lambda: now[0])
+    return now
+
+
+@pytest.fixture
+def procs(monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[str, int]]:
+    """pid -> (state letter, RSS bytes)."""
+    table: dict[int, tuple[str, int]] = {}
+    monkeypatch.setattr(
+        "mcp_celery_tasks.worker.watchdog.process_state", lambda pid: table[pid][0] if pid in table else None
+    )
+    monkeypatch.setattr(
+        "mcp_celery_tasks.worker.watchdog.rss_bytes", lambda pid: table[pid][1] if pid in table else 0
+    )
+    return table

@@ -12,27 +12,10 @@ from pydantic import ValidationError
 from mcp_celery_tasks.broker.beacon import beacon_body, namespace
 from mcp_celery_tasks.broker.fencing import BEACON_FRESH_S, BEACON_INTERVAL_S, should_fence
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.worker import watchdog
 from mcp_celery_tasks.worker.watchdog import RunningJob, Watchdog
 from tests.unit.test_watchdog import HOST, Rows
 
 JOB = RunningJob("j", 1, claimed_as=f"{HOST}:1:x")
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    now = [1000.0]
-    monkeypatch.setattr("mcp_celery_tasks.worker.watchdog.time.monotonic", lambda: now[0])
-    return now
-
-
-@pytest.fixture
-def procs(monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[str, int]]:
-    """pid -> (state letter, RSS bytes)."""
-    table: dict[int, tuple[str, int]] = {}
-    monkeypatch.setattr(watchdog, "process_state", lambda pid: table[pid][0] if pid in table else None)
-    monkeypatch.setattr(watchdog, "rss_bytes", lambda pid: table[pid][1] if pid in table else 0)
-    return table
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ import pytest
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.tools.registry import tool
-from mcp_celery_tasks.worker import watchdog
 from mcp_celery_tasks.worker.watchdog import RunningJob, Watchdog, holder_of
 
 HOST = "host-a"
@@ -55,22 +54,6 @@ class Rows:
     def force_stopped(self, task_id: str, holder: str, reason: str) -> bool:
         self.stopped.append((task_id, reason))
         return True
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    now = [1000.0]
-    monkeypatch.setattr("mcp_celery_tasks.worker.watchdog.time.monotonic", lambda: now[0])
-    return now
-
-
-@pytest.fixture
-def procs(monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[str, int]]:
-    """pid -> (state letter, RSS bytes)."""
-    table: dict[int, tuple[str, int]] = {}
-    monkeypatch.setattr(watchdog, "process_state", lambda pid: table[pid][0] if pid in table else None)
-    monkeypatch.setattr(watchdog, "rss_bytes", lambda pid: table[pid][1] if pid in table else 0)
-    return table
 
 
 def dog(rows: Rows, **settings: Any) -> tuple[Watchdog, list[str], list[int]]:
