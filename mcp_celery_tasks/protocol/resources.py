@@ -1,0 +1,96 @@
+"""``resources/read``, ``resources/list`` and ``resources/templates/list``: a job's artifacts
+(``ctx.artifact``), for 2026-07-28 and 2025-11-25 clients alike (one handler each, both eras).
+
+An artifact's uri is ``mcp-tasks://artifacts/<artifact_id>/<name>``. Reads are scoped to the
+caller (``tasks.artifacts``): a uri that is malformed, unknown, or another principal's artifact
+all answer the same ``ResourceNotFound`` (-32002, the uri in ``data``). Text
+(``text/*``, ``application/json``) comes back as ``text``, anything else as base64 ``blob``; a
+read is bounded by ``MAX_READ_BYTES`` (the whole content travels in one JSON response).
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+from typing import Final
+
+from mcp_celery_tasks.errors import InvalidParams
+from mcp_celery_tasks.json_types import JSONObject
+from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.store.artifact_queries import ArtifactRecord
+from mcp_celery_tasks.tasks.service import RequestContext
+from mcp_celery_tasks.tools.artifacts import artifact_uri
+from mcp_celery_tasks.wire import (
+    LegacyListParams,
+    LegacyReadResourceParams,
+    PagedParams,
+    ReadResourceParams,
+)
+
+__all__ = ["MAX_READ_BYTES", "PAGE", "list_resources", "list_templates", "read_resource"]
+
+MAX_READ_BYTES: Final = 16 * 1024 * 1024
+"""The largest artifact one ``resources/read`` returns (its base64 is a third larger again)."""
+
+PAGE: Final = 50
+"""Artifacts per ``resources/list`` page."""
+
+_TEXT_TYPES: Final = frozenset({"application/json"})
+
+
+def _is_text(mime_type: str) -> bool:
+    base = mime_type.partition(";")[0].strip().lower()
+    return base.startswith("text/") or base in _TEXT_TYPES
+
+
+async def read_resource(
+    services: Services, ctx: RequestContext, params: ReadResourceParams | LegacyReadResourceParams
+) -> JSONObject:
+    record, data = await services.artifacts.read(params.uri, ctx.principal, MAX_READ_BYTES)
+    uri = params.uri
+    content: JSONObject = {"uri": uri, "mimeType": record.mime_type}
+    if _is_text(record.mime_type):
+        try:
+            content["text"] = data.decode()
+        except UnicodeDecodeError:
+            content["blob"] = base64.b64encode(data).decode()
+    else:
+        content["blob"] = base64.b64encode(data).decode()
+    return {"contents": [content]}
+
+
+def _resource(record: ArtifactRecord) -> JSONObject:
+    return {"uri": artifact_uri(record.artifact_id, record.name), "name": record.name,
+            "mimeType": record.mime_type, "size": record.size}  # fmt: skip
+
+
+async def list_resources(
+    services: Services, ctx: RequestContext, params: PagedParams | LegacyListParams
+) -> JSONObject:
+    """The caller's complete artifacts, newest first, ``PAGE`` at a time."""
+    after = _cursor(params.cursor) if params.cursor is not None else None
+    records = await services.artifacts.list(ctx.principal, PAGE + 1, after)
+    result: JSONObject = {"resources": [_resource(r) for r in records[:PAGE]]}
+    if len(records) > PAGE:
+        last = records[PAGE - 1]
+        token = f"{last.created_at.isoformat()}|{last.artifact_id}".encode()
+        result["nextCursor"] = base64.urlsafe_b64encode(token).decode()
+    return result
+
+
+async def list_templates(
+    services: Services, ctx: RequestContext, params: PagedParams | LegacyListParams
+) -> JSONObject:
+    """No templates: every artifact is listed by its own uri."""
+    return {"resourceTemplates": []}
+
+
+def _cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        stamp, _, artifact_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
+        after = (datetime.fromisoformat(stamp), artifact_id)
+    except ValueError as exc:  # includes binascii.Error and UnicodeDecodeError
+        raise InvalidParams("Invalid cursor") from exc
+    if not artifact_id or "\x00" in artifact_id or after[0].tzinfo is None:
+        raise InvalidParams("Invalid cursor")
+    return after
