@@ -4,17 +4,26 @@ types read ``type/subtype``, and data is bytes, text or a binary file object, ne
 from __future__ import annotations
 
 import io
+import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from mcp_celery_tasks import TaskContext, ToolError
+from mcp_celery_tasks.json_types import as_array, as_object
+from mcp_celery_tasks.testing import run_tool
 from mcp_celery_tasks.tools.artifacts import (
     MAX_ARTIFACT_NAME_CHARS,
     artifact_chunks,
     checked_artifact_name,
     checked_mime_type,
 )
+from tests.fixtures.artifacts import publish_text
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -90,3 +99,34 @@ def test_a_context_without_a_task_refuses_artifacts() -> None:
     ctx = TaskContext(task_id="t", job_id="j", tool_name="x", attempt=1, preflight=None, runtime=None)  # type: ignore[arg-type]
     with pytest.raises(ToolError, match="artifacts need a task"):
         ctx.artifact("a.txt", "x")
+
+
+def test_the_test_kit_runs_a_tool_that_publishes_an_artifact() -> None:
+    run = run_tool(publish_text, {"text": "hi", "name": "n.txt"})
+    assert run.result is not None
+    (link,) = [as_object(block) for block in as_array(run.result["content"])]
+    assert link["type"] == "resource_link" and link["name"] == "n.txt" and link["size"] == 2
+    uri = str(link["uri"])
+    assert uri.startswith("mcp-tasks://artifacts/") and uri.endswith("/n.txt")
+    assert link["mimeType"] == "text/plain"
+
+
+def test_the_readme_artifact_example_publishes_its_csv(tmp_path: Path) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    (block,) = [b for b in blocks if b.startswith("# myproject/report.py")]
+    probe = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import report; "
+        "from mcp_celery_tasks.testing import run_tool; "
+        "print(json.dumps(run_tool(report.export_matches, {'pattern': 'oom'}).result))"
+    )
+    (tmp_path / "report.py").write_text(block)
+    ran = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+    text, link = json.loads(ran.stdout)["content"]
+    assert text == {"type": "text", "text": "1 match"}
+    assert (
+        link["type"] == "resource_link" and link["name"] == "matches.csv" and link["mimeType"] == "text/csv"
+    )
+    assert link["size"] == len("pattern\noom\n")
