@@ -13,7 +13,8 @@ knows its JSON-RPC code.
     │   ├── MissingCapability    -32021  (HTTP 400)
     │   ├── UnsupportedVersion   -32022  (HTTP 400)
     │   ├── QuotaExceeded        -32001  (HTTP 429, Retry-After)
-    │   ├── ResourceNotFound     -32002  resources/read of an unknown (or another's) uri
+    │   ├── ResourceNotFound     -32002  resources/read of an unknown (or another's) uri (2025-11-25;
+    │   │                        -32602 on 2026-07-28, SEP-2164)
     │   └── InternalError        -32603
     │       └── ServiceUnavailable  -32603 (HTTP 503, Retry-After, data.retryAfterMs): Postgres
     │                            is out of reach; the request may be sent again
@@ -163,7 +164,7 @@ class UnsupportedVersion(ProtocolError):
 
 RESOURCE_NOT_FOUND = -32002
 """MCP's resources/read code for a uri the server does not have (2025-11-25, server/resources
-"Error Handling"). SEP-2164 moves it to -32602 in later revisions; clients accept both."""
+"Error Handling"). SEP-2164 replaced it with -32602 for 2026-07-28 (``protocol.resources``)."""
 
 
 class ResourceNotFound(ProtocolError):

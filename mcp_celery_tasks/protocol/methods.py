@@ -81,7 +81,9 @@ METHODS: Final[tuple[Method[Any], ...]] = (
     Method("tasks/result", LEGACY, LegacyTaskParams, legacy.task_result, needs_session=True),
     Method("tasks/list", LEGACY, LegacyListParams, legacy.list_tasks, needs_session=True),
     Method("tasks/cancel", LEGACY, LegacyTaskParams, legacy.cancel_task, needs_session=True),
-    Method("resources/read", LEGACY, LegacyReadResourceParams, resources.read_resource, needs_session=True),
+    Method(
+        "resources/read", LEGACY, LegacyReadResourceParams, resources.read_resource_legacy, needs_session=True
+    ),
     Method("resources/list", LEGACY, LegacyListParams, resources.list_resources, needs_session=True),
     Method(
         "resources/templates/list", LEGACY, LegacyListParams, resources.list_templates, needs_session=True

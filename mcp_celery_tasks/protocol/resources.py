@@ -3,7 +3,8 @@
 
 An artifact's uri is ``mcp-tasks://artifacts/<artifact_id>/<name>``. Reads are scoped to the
 caller (``tasks.artifacts``): a uri that is malformed, unknown, or another principal's artifact
-all answer the same ``ResourceNotFound`` (-32002, the uri in ``data``). Text
+all answer the same error, the uri in ``data``: -32602 "Resource not found" on 2026-07-28
+(SEP-2164 standardized it there), -32002 on 2025-11-25 (that revision's server/resources). Text
 (``text/*``, ``application/json``) comes back as ``text``, anything else as base64 ``blob``; a
 read is bounded by ``MAX_READ_BYTES`` (the whole content travels in one JSON response).
 """
@@ -14,7 +15,7 @@ import base64
 from datetime import datetime
 from typing import Final
 
-from mcp_celery_tasks.errors import InvalidParams
+from mcp_celery_tasks.errors import InvalidParams, ResourceNotFound
 from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.store.artifact_queries import ArtifactRecord
@@ -27,7 +28,14 @@ from mcp_celery_tasks.wire import (
     ReadResourceParams,
 )
 
-__all__ = ["MAX_READ_BYTES", "PAGE", "list_resources", "list_templates", "read_resource"]
+__all__ = [
+    "MAX_READ_BYTES",
+    "PAGE",
+    "list_resources",
+    "list_templates",
+    "read_resource",
+    "read_resource_legacy",
+]
 
 MAX_READ_BYTES: Final = 16 * 1024 * 1024
 """The largest artifact one ``resources/read`` returns (its base64 is a third larger again)."""
@@ -43,11 +51,23 @@ def _is_text(mime_type: str) -> bool:
     return base.startswith("text/") or base in _TEXT_TYPES
 
 
-async def read_resource(
-    services: Services, ctx: RequestContext, params: ReadResourceParams | LegacyReadResourceParams
+async def read_resource(services: Services, ctx: RequestContext, params: ReadResourceParams) -> JSONObject:
+    """2026-07-28: an unknown resource is -32602 (SEP-2164: "Resource not found", the uri in data)."""
+    try:
+        return await _read(services, ctx, params.uri)
+    except ResourceNotFound as exc:
+        raise InvalidParams(exc.message, exc.data) from None
+
+
+async def read_resource_legacy(
+    services: Services, ctx: RequestContext, params: LegacyReadResourceParams
 ) -> JSONObject:
-    record, data = await services.artifacts.read(params.uri, ctx.principal, MAX_READ_BYTES)
-    uri = params.uri
+    """2025-11-25: an unknown resource is -32002 (server/resources, "Error Handling")."""
+    return await _read(services, ctx, params.uri)
+
+
+async def _read(services: Services, ctx: RequestContext, uri: str) -> JSONObject:
+    record, data = await services.artifacts.read(uri, ctx.principal, MAX_READ_BYTES)
     content: JSONObject = {"uri": uri, "mimeType": record.mime_type}
     if _is_text(record.mime_type):
         try:

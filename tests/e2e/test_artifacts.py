@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.errors import RESOURCE_NOT_FOUND
 from tests import support
@@ -85,17 +86,18 @@ def test_a_3_mib_artifact_reads_back_whole_to_its_owner_only(alice: Client, bob:
     unknown_uri = link["uri"].replace("/weights.bin", "/other.bin")
     unknown = read(alice, unknown_uri).error
     malformed = read(alice, "mcp-tasks://artifacts/../etc/passwd").error
+    # 2026-07-28 (SEP-2164): -32602 "Resource not found", the uri in data; one answer for all three.
     assert foreign == {
-        "code": RESOURCE_NOT_FOUND,
+        "code": codes.INVALID_PARAMS,
         "message": "Resource not found",
         "data": {"uri": link["uri"]},
     }
     assert unknown == {
-        "code": RESOURCE_NOT_FOUND,
+        "code": codes.INVALID_PARAMS,
         "message": "Resource not found",
         "data": {"uri": unknown_uri},
     }
-    assert malformed["code"] == RESOURCE_NOT_FOUND and malformed["message"] == "Resource not found"
+    assert malformed["code"] == codes.INVALID_PARAMS and malformed["message"] == "Resource not found"
     assert link["uri"] not in [r["uri"] for r in bob.request("resources/list", {}).result["resources"]]
 
 
@@ -114,7 +116,12 @@ def test_text_comes_back_as_text_also_on_a_2025_11_25_session(alice: Client, aut
     )
     assert legacy.call("resources/templates/list", {})["result"] == {"resourceTemplates": []}
     stranger = _LegacySession(auth_url, TOKENS["bob"])
-    assert stranger.call("resources/read", {"uri": link["uri"]})["error"]["code"] == RESOURCE_NOT_FOUND
+    refused = stranger.call("resources/read", {"uri": link["uri"]})["error"]
+    assert refused == {
+        "code": RESOURCE_NOT_FOUND,
+        "message": "Resource not found",
+        "data": {"uri": link["uri"]},
+    }
 
 
 def test_both_revisions_advertise_resources(alice: Client, auth_url: str) -> None:

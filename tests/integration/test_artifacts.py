@@ -10,11 +10,18 @@ import os
 
 import pytest
 
-from mcp_celery_tasks.errors import TaskCancelled, ToolError
+from mcp_celery_tasks.errors import (
+    RESOURCE_NOT_FOUND,
+    InvalidParams,
+    ResourceNotFound,
+    TaskCancelled,
+    ToolError,
+)
 from mcp_celery_tasks.maintenance import gc
 from mcp_celery_tasks.store import ApiStore, WorkerStore
 from mcp_celery_tasks.store.artifact_calls import HalfWritten, NotOurs
 from mcp_celery_tasks.store.step_queries import CHUNK_BYTES
+from mcp_celery_tasks.tasks.artifacts import ArtifactService
 from mcp_celery_tasks.tools.artifacts import ARTIFACT_URI_PREFIX
 from mcp_celery_tasks.worker.artifacts import JobArtifacts
 from tests.integration.conftest import Db
@@ -198,3 +205,27 @@ async def test_listing_pages_newest_first(api: ApiStore, store: WorkerStore, db:
     assert [a.artifact_id for a in first] == ids[::-1][:3]
     rest = await api.list_artifacts(OWNER, 3, (first[-1].created_at, first[-1].artifact_id))
     assert [a.artifact_id for a in rest] == ids[::-1][3:]
+
+
+async def test_the_read_service_refuses_what_is_too_large_and_answers_one_error_for_the_rest(
+    api: ApiStore, store: WorkerStore
+) -> None:
+    record = await running(api, store)
+    link = JobArtifacts(store, record.task_id, ME).publish("out.txt", "x" * 100)
+    service = ArtifactService(api)
+
+    found, data = await service.read(link["uri"], OWNER, max_bytes=100)
+    assert found.name == "out.txt" and data == b"x" * 100
+    with pytest.raises(InvalidParams, match="MAX_READ_BYTES = 99") as too_large:
+        await service.read(link["uri"], OWNER, max_bytes=99)
+    assert too_large.value.data == {"uri": link["uri"], "size": 100, "maxReadBytes": 99}
+
+    renamed = link["uri"].replace("/out.txt", "/other.txt")
+    answers = []
+    for uri, who in [(link["uri"], STRANGER), (renamed, OWNER), ("mcp-tasks://artifacts/x/../y", OWNER),
+                     ("file:///etc/passwd", OWNER)]:  # fmt: skip
+        with pytest.raises(ResourceNotFound) as refused:
+            await service.read(uri, who, max_bytes=100)
+        answers.append((refused.value.code, refused.value.message, refused.value.data))
+    assert {(code, message) for code, message, _ in answers} == {(RESOURCE_NOT_FOUND, "Resource not found")}
+    assert answers[0][2] == {"uri": link["uri"]}
