@@ -84,9 +84,13 @@ METHODS: Final[tuple[Method[Any], ...]] = (
     Method(
         "resources/read", LEGACY, LegacyReadResourceParams, resources.read_resource_legacy, needs_session=True
     ),
-    Method("resources/list", LEGACY, LegacyListParams, resources.list_resources, needs_session=True),
+    Method("resources/list", LEGACY, LegacyListParams, resources.list_resources_legacy, needs_session=True),
     Method(
-        "resources/templates/list", LEGACY, LegacyListParams, resources.list_templates, needs_session=True
+        "resources/templates/list",
+        LEGACY,
+        LegacyListParams,
+        resources.list_templates_legacy,
+        needs_session=True,
     ),
 )
 

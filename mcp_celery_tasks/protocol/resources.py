@@ -15,6 +15,8 @@ import base64
 from datetime import datetime
 from typing import Final
 
+from mcp_types import ListResourcesResult, ListResourceTemplatesResult, ReadResourceResult
+
 from mcp_celery_tasks.errors import InvalidParams, ResourceNotFound
 from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.protocol.services import Services
@@ -51,10 +53,12 @@ def _is_text(mime_type: str) -> bool:
     return base.startswith("text/") or base in _TEXT_TYPES
 
 
-async def read_resource(services: Services, ctx: RequestContext, params: ReadResourceParams) -> JSONObject:
+async def read_resource(
+    services: Services, ctx: RequestContext, params: ReadResourceParams
+) -> ReadResourceResult:
     """2026-07-28: an unknown resource is -32602 (SEP-2164: "Resource not found", the uri in data)."""
     try:
-        return await _read(services, ctx, params.uri)
+        return ReadResourceResult.model_validate(await _read(services, ctx, params.uri))
     except ResourceNotFound as exc:
         raise InvalidParams(exc.message, exc.data) from None
 
@@ -84,11 +88,33 @@ def _resource(record: ArtifactRecord) -> JSONObject:
             "mimeType": record.mime_type, "size": record.size}  # fmt: skip
 
 
-async def list_resources(
-    services: Services, ctx: RequestContext, params: PagedParams | LegacyListParams
+async def list_resources(services: Services, ctx: RequestContext, params: PagedParams) -> ListResourcesResult:
+    """The caller's complete artifacts, newest first, ``PAGE`` at a time (private: never cached
+    for another caller, ``ttlMs`` 0: the list grows as jobs publish)."""
+    return ListResourcesResult.model_validate(await _listing(services, ctx, params.cursor))
+
+
+async def list_resources_legacy(
+    services: Services, ctx: RequestContext, params: LegacyListParams
 ) -> JSONObject:
-    """The caller's complete artifacts, newest first, ``PAGE`` at a time."""
-    after = _cursor(params.cursor) if params.cursor is not None else None
+    return await _listing(services, ctx, params.cursor)
+
+
+async def list_templates(
+    services: Services, ctx: RequestContext, params: PagedParams
+) -> ListResourceTemplatesResult:
+    """No templates: every artifact is listed by its own uri."""
+    return ListResourceTemplatesResult(resource_templates=[])
+
+
+async def list_templates_legacy(
+    services: Services, ctx: RequestContext, params: LegacyListParams
+) -> JSONObject:
+    return {"resourceTemplates": []}
+
+
+async def _listing(services: Services, ctx: RequestContext, cursor: str | None) -> JSONObject:
+    after = _cursor(cursor) if cursor is not None else None
     records = await services.artifacts.list(ctx.principal, PAGE + 1, after)
     result: JSONObject = {"resources": [_resource(r) for r in records[:PAGE]]}
     if len(records) > PAGE:
@@ -96,13 +122,6 @@ async def list_resources(
         token = f"{last.created_at.isoformat()}|{last.artifact_id}".encode()
         result["nextCursor"] = base64.urlsafe_b64encode(token).decode()
     return result
-
-
-async def list_templates(
-    services: Services, ctx: RequestContext, params: PagedParams | LegacyListParams
-) -> JSONObject:
-    """No templates: every artifact is listed by its own uri."""
-    return {"resourceTemplates": []}
 
 
 def _cursor(cursor: str) -> tuple[datetime, str]:

@@ -74,12 +74,16 @@ def test_a_3_mib_artifact_reads_back_whole_to_its_owner_only(alice: Client, bob:
     assert link["type"] == "resource_link" and link["size"] == SIZE, link
     assert link["mimeType"] == "application/octet-stream" and link["name"] == "weights.bin"
 
-    contents = read(alice, link["uri"]).result["contents"]
+    answer = read(alice, link["uri"]).result
+    assert answer["resultType"] == "complete" and answer["cacheScope"] == "private"
+    contents = answer["contents"]
     assert [c["uri"] for c in contents] == [link["uri"]] and contents[0]["mimeType"] == link["mimeType"]
     data = base64.b64decode(contents[0]["blob"])
     assert len(data) == SIZE and hashlib.sha256(data).hexdigest() == digest["text"]
 
-    listed = alice.request("resources/list", {}).result["resources"]
+    listing = alice.request("resources/list", {}).result
+    assert listing["resultType"] == "complete" and listing["cacheScope"] == "private"
+    listed = listing["resources"]
     assert link["uri"] in [r["uri"] for r in listed]
 
     foreign = read(bob, link["uri"]).error
@@ -130,3 +134,9 @@ def test_both_revisions_advertise_resources(alice: Client, auth_url: str) -> Non
     hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
     init = support.parse_body(legacy.post({"method": "initialize", "params": hello}, None))
     assert "resources" in init["result"]["capabilities"]
+
+
+def test_templates_are_empty_and_a_forged_cursor_is_refused(alice: Client) -> None:
+    assert alice.request("resources/templates/list", {}).result["resourceTemplates"] == []
+    refused = alice.request("resources/list", {"cursor": "not-a-cursor"}).error
+    assert refused["code"] == codes.INVALID_PARAMS and refused["message"] == "Invalid cursor"
