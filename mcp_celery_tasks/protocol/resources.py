@@ -1,5 +1,5 @@
 """``resources/read``, ``resources/list`` and ``resources/templates/list``: a job's artifacts
-(``ctx.artifact``), for 2026-07-28 and 2025-11-25 clients alike (one handler each, both eras).
+(``ctx.artifact``), for 2026-07-28 and 2025-11-25 clients alike: one body per method, a thin entry per era.
 
 An artifact's uri is ``mcp-tasks://artifacts/<artifact_id>/<name>``. Reads are scoped to the
 caller (``tasks.artifacts``): a uri that is malformed, unknown, or another principal's artifact
