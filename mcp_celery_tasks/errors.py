@@ -13,6 +13,8 @@ knows its JSON-RPC code.
     │   ├── MissingCapability    -32021  (HTTP 400)
     │   ├── UnsupportedVersion   -32022  (HTTP 400)
     │   ├── QuotaExceeded        -32001  (HTTP 429, Retry-After)
+    │   ├── ResourceNotFound     -32002  resources/read of an unknown (or another's) uri (2025-11-25;
+    │   │                        -32602 on 2026-07-28, SEP-2164)
     │   └── InternalError        -32603
     │       └── ServiceUnavailable  -32603 (HTTP 503, Retry-After, data.retryAfterMs): Postgres
     │                            is out of reach; the request may be sent again
@@ -66,6 +68,7 @@ __all__ = [
     "ParseError",
     "ProtocolError",
     "QuotaExceeded",
+    "ResourceNotFound",
     "ServiceUnavailable",
     "SoftTimeLimitExceeded",
     "StepOrderError",
@@ -157,6 +160,21 @@ class MissingCapability(ProtocolError):
 class UnsupportedVersion(ProtocolError):
     code = codes.UNSUPPORTED_PROTOCOL_VERSION
     http_status = 400
+
+
+RESOURCE_NOT_FOUND = -32002
+"""MCP's resources/read code for a uri the server does not have (2025-11-25, server/resources
+"Error Handling"). SEP-2164 replaced it with -32602 for 2026-07-28 (``protocol.resources``)."""
+
+
+class ResourceNotFound(ProtocolError):
+    """An unknown, malformed or another principal's resource uri: one error for all three
+    (so a uri's existence never leaks), the uri in ``data``."""
+
+    code = RESOURCE_NOT_FOUND
+
+    def __init__(self, uri: str, message: str = "Resource not found") -> None:
+        super().__init__(message, {"uri": uri})
 
 
 QUOTA_EXCEEDED = -32001

@@ -51,10 +51,12 @@ __all__ = [
     "LegacyCallToolParams",
     "LegacyListParams",
     "LegacyParams",
+    "LegacyReadResourceParams",
     "LegacyTaskParams",
     "ListenParams",
     "MetaParams",
     "PagedParams",
+    "ReadResourceParams",
     "RequestMeta",
     "SetLevelParams",
     "TaskCreated",
@@ -136,6 +138,10 @@ class TaskIdParams(MetaParams):
     task_id: str = Field(min_length=1)
 
 
+class ReadResourceParams(MetaParams):
+    uri: str
+
+
 class TaskUpdateParams(TaskIdParams):
     input_responses: dict[str, object]
 
@@ -171,6 +177,10 @@ class LegacyTaskParams(LegacyParams):
 
 class LegacyListParams(LegacyParams):
     cursor: str | None = None
+
+
+class LegacyReadResourceParams(LegacyParams):
+    uri: str
 
 
 class SetLevelParams(LegacyParams):

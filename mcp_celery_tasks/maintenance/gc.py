@@ -37,7 +37,7 @@ ORPHAN_AFTER_S = 600.0
 def collect_garbage(
     store: WorkerStore, *, batch: int = 1000, max_batches: int = 100, checkpoint_dir: str | None = None
 ) -> int:
-    """Delete expired rows in bounded batches (inputs, steps and checkpoints cascade); rows with a
+    """Delete expired rows in bounded batches (inputs, steps, checkpoints, artifacts cascade); rows with a
     live lease stay. Then expired sessions and spent request states, and the checkpoint files of
     deleted tasks (``sweep_checkpoint_dir``); only while no other collector holds the lock.
 
@@ -66,6 +66,9 @@ def collect_garbage(
             break
     for _ in range(max_batches):  # creates-per-second buckets idle for an hour
         if store.delete_idle_buckets(batch) < batch:
+            break
+    for _ in range(max_batches):  # incomplete artifacts of ended tasks (a job killed mid-upload)
+        if store.delete_orphan_artifacts(batch) < batch:
             break
     if checkpoint_dir:
         sweep_checkpoint_dir(store, Path(checkpoint_dir))

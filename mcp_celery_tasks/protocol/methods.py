@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from mcp_celery_tasks.protocol import push
+from mcp_celery_tasks.protocol import push, resources
 from mcp_celery_tasks.protocol import v2025_11_25 as legacy
 from mcp_celery_tasks.protocol import v2026_07_28 as modern
 from mcp_celery_tasks.protocol.rpc import Method
@@ -22,10 +22,12 @@ from mcp_celery_tasks.wire import (
     LegacyCallToolParams,
     LegacyListParams,
     LegacyParams,
+    LegacyReadResourceParams,
     LegacyTaskParams,
     ListenParams,
     MetaParams,
     PagedParams,
+    ReadResourceParams,
     SetLevelParams,
     TaskIdParams,
     TaskUpdateParams,
@@ -60,6 +62,16 @@ METHODS: Final[tuple[Method[Any], ...]] = (
         "tasks/cancel", MODERN, TaskIdParams, modern.cancel_task, name_param="taskId", requires_tasks=True
     ),
     Method("subscriptions/listen", MODERN, ListenParams, push.listen),
+    Method(
+        "resources/read",
+        MODERN,
+        ReadResourceParams,
+        resources.read_resource,
+        name_param="uri",
+        name_required=True,
+    ),
+    Method("resources/list", MODERN, PagedParams, resources.list_resources),
+    Method("resources/templates/list", MODERN, PagedParams, resources.list_templates),
     Method("initialize", LEGACY, LegacyParams, legacy.initialize),
     Method("ping", LEGACY, LegacyParams, legacy.ping, needs_session=True),
     Method("logging/setLevel", LEGACY, SetLevelParams, legacy.set_level, needs_session=True),
@@ -69,6 +81,17 @@ METHODS: Final[tuple[Method[Any], ...]] = (
     Method("tasks/result", LEGACY, LegacyTaskParams, legacy.task_result, needs_session=True),
     Method("tasks/list", LEGACY, LegacyListParams, legacy.list_tasks, needs_session=True),
     Method("tasks/cancel", LEGACY, LegacyTaskParams, legacy.cancel_task, needs_session=True),
+    Method(
+        "resources/read", LEGACY, LegacyReadResourceParams, resources.read_resource_legacy, needs_session=True
+    ),
+    Method("resources/list", LEGACY, LegacyListParams, resources.list_resources_legacy, needs_session=True),
+    Method(
+        "resources/templates/list",
+        LEGACY,
+        LegacyListParams,
+        resources.list_templates_legacy,
+        needs_session=True,
+    ),
 )
 
 _INDEX: Final = {(method.era, method.name): method for method in METHODS}

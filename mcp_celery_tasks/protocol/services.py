@@ -12,6 +12,7 @@ from mcp_celery_tasks.protocol.sealing import Sealer
 from mcp_celery_tasks.protocol.shapes import ServerInfo
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore
+from mcp_celery_tasks.tasks.artifacts import ArtifactService
 from mcp_celery_tasks.tasks.events import TaskEvents
 from mcp_celery_tasks.tasks.service import Publisher, TaskService
 
@@ -37,3 +38,8 @@ class Services:
     @property
     def server_info(self) -> ServerInfo:
         return {"name": self.settings.server_name, "version": self.server_version}
+
+    @property
+    def artifacts(self) -> ArtifactService:
+        """The caller-scoped artifact reads (``tasks.artifacts``)."""
+        return ArtifactService(self.store)

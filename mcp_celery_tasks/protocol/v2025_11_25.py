@@ -137,6 +137,7 @@ async def initialize(services: Services, ctx: RequestContext, params: LegacyPara
             "tools": {"listChanged": False},
             # Jobs' ctx.log reaches synchronous calls at the session's logging/setLevel.
             "logging": {},
+            "resources": {},  # artifacts (``protocol.resources``)
             # SEP-1686's capability, only in this era (SEP-2663 forbids it on 2026-07-28).
             "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}},
         },

@@ -118,7 +118,12 @@ async def discover(services: Services, ctx: RequestContext, params: MetaParams) 
     return DiscoverResult.model_validate(
         {
             "supportedVersions": list(ALL_VERSIONS),
-            "capabilities": {"tools": {}, "logging": {}, "extensions": {TASKS_EXTENSION: {}}},
+            "capabilities": {
+                "tools": {},
+                "logging": {},
+                "resources": {},  # artifacts (``protocol.resources``)
+                "extensions": {TASKS_EXTENSION: {}},
+            },
             "instructions": (
                 "Long-running tools run as tasks: declare the io.modelcontextprotocol/tasks extension "
                 "and poll tasks/get. Tools that require it answer -32021 otherwise."

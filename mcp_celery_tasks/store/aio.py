@@ -28,6 +28,7 @@ from mcp_celery_tasks.store import (
     session_queries,
 )
 from mcp_celery_tasks.store._conninfo import connect_kwargs
+from mcp_celery_tasks.store.artifact_calls import ArtifactReads
 from mcp_celery_tasks.store.fleet import DemandRow
 from mcp_celery_tasks.store.records import (
     AnswerOutcome,
@@ -57,7 +58,7 @@ _TASK = args_row(TaskRecord)
 _INPUT = args_row(InputRecord)
 
 
-class ApiStore:
+class ApiStore(ArtifactReads):
     """Async store operations used by the HTTP front end."""
 
     def __init__(self, settings: Settings) -> None:

@@ -7,8 +7,8 @@ makes the login roles the processes connect as members (``GRANT mcp_tasks_worker
 - ``mcp_tasks_api``: the API process (requests, its fair publisher, sessions). It writes tasks,
   input answers, sessions and spent request states; it reads the principal limits, never writes them.
 - ``mcp_tasks_worker``: a worker running tools. It updates the rows of the jobs it claims (claim,
-  lease, report, outcome), opens input rows, appends progress logs, records durable steps and
-  replaces checkpoints; it can neither create nor
+  lease, report, outcome), opens input rows, appends progress logs, records durable steps,
+  replaces checkpoints and writes artifacts; it can neither create nor
   delete a task, nor touch limits or sessions.
 - ``mcp_tasks_maintenance``: the maintenance worker (GC, sweeper): a worker that may also delete
   expired tasks, sessions and spent request states.
@@ -49,6 +49,8 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_tasks": _WRITE,  # a session's tasks go with it through the foreign key, as its owner
         "mcp_task_inputs": _WRITE,
         "mcp_task_logs": _READ,
+        "mcp_task_artifacts": _READ,  # resources/read and resources/list, the caller's own
+        "mcp_task_artifact_chunks": _READ,
         "mcp_sessions": _ALL,
         "mcp_spent_request_states": ("SELECT", "INSERT", "UPDATE"),  # a state's one use
         "mcp_principal_limits": _READ,
@@ -68,6 +70,8 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_steps": ("SELECT", "INSERT"),
         "mcp_task_checkpoints": _ALL,  # a save replaces the previous checkpoint's chunks
         "mcp_task_checkpoint_chunks": _ALL,
+        "mcp_task_artifacts": _WRITE,  # ctx.artifact: written once, fenced; never deleted by a worker
+        "mcp_task_artifact_chunks": _WRITE,
         "mcp_principal_limits": _READ,
         "mcp_tool_limits": _READ,
         "mcp_maintenance": _ALL,
@@ -81,6 +85,8 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_sessions": ("SELECT", "DELETE"),
         "mcp_spent_request_states": ("SELECT", "DELETE"),  # expired ones
         "mcp_task_checkpoints": _READ,  # steps and checkpoints go with their task (cascade)
+        "mcp_task_artifacts": ("SELECT", "DELETE"),  # with their task, and the orphan sweep
+        "mcp_task_artifact_chunks": ("SELECT", "DELETE"),
         "mcp_principal_limits": _READ,
         "mcp_tool_limits": _READ,  # the sweeper's release pass
         "mcp_principal_buckets": ("SELECT", "DELETE"),  # idle (full) buckets are collected
@@ -95,6 +101,8 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_steps": _ALL,
         "mcp_task_checkpoints": _ALL,
         "mcp_task_checkpoint_chunks": _ALL,
+        "mcp_task_artifacts": _ALL,
+        "mcp_task_artifact_chunks": _ALL,
         "mcp_sessions": _ALL,
         "mcp_spent_request_states": _ALL,
         "mcp_principal_limits": _ALL,

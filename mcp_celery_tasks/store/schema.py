@@ -34,6 +34,8 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "VIEWS",
     "api_load",
+    "artifact_chunks",
+    "artifacts",
     "limit_changes",
     "maintenance",
     "metadata",
@@ -404,3 +406,37 @@ spent_request_states = Table(
 """A sealed ``requestState`` is usable once across every API replica: the round that advances
 with it inserts its digest here; a replay finds the row. Rows go once the state has expired
 (the collector), when ``open`` refuses the state anyway."""
+
+# ---- artifacts: files a job publishes, read with resources/read (migration 0021) ---------------
+
+artifacts = Table(
+    "mcp_task_artifacts",
+    metadata,
+    Column("artifact_id", Text, primary_key=True),
+    Column("task_id", Text, ForeignKey("mcp_tasks.task_id", ondelete="CASCADE"), nullable=False),
+    Column("owner", Text, nullable=False),  # the task's principal, copied: reads filter on it
+    Column("name", Text, nullable=False),
+    Column("mime_type", Text, nullable=False),
+    Column("size", BigInteger, nullable=False, server_default=text("0")),
+    Column("sha256", Text, nullable=True),  # set when complete
+    Column("chunks", Integer, nullable=False, server_default=text("0")),
+    Column("complete", Boolean, nullable=False, server_default=text("false")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Index("ix_mcp_task_artifacts_owner_created_at", "owner", "created_at"),
+    Index("ix_mcp_task_artifacts_task_id", "task_id"),
+    Index("ix_mcp_task_artifacts_incomplete", "created_at", postgresql_where=text("NOT complete")),
+)
+
+artifact_chunks = Table(
+    "mcp_task_artifact_chunks",
+    metadata,
+    Column(
+        "artifact_id",
+        Text,
+        ForeignKey("mcp_task_artifacts.artifact_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("seq", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("artifact_id", "seq"),
+)

@@ -32,6 +32,7 @@ from mcp_celery_tasks.store import (
     step_queries,
 )
 from mcp_celery_tasks.store._conninfo import connect_kwargs
+from mcp_celery_tasks.store.artifact_calls import ArtifactWrites
 from mcp_celery_tasks.store.dispatch_calls import DispatchCalls
 from mcp_celery_tasks.store.fleet import RegistryCalls
 from mcp_celery_tasks.store.limit_calls import LimitCalls
@@ -71,7 +72,7 @@ class _NotOurs(Exception):
     """Raised inside a transaction to roll it back: the task is not this worker's any more."""
 
 
-class WorkerStore(RegistryCalls, DispatchCalls, LimitCalls):
+class WorkerStore(RegistryCalls, DispatchCalls, LimitCalls, ArtifactWrites):
     """Synchronous store operations for workers, beat jobs and the publisher thread (and the
     worker registry's: ``fleet``)."""
 

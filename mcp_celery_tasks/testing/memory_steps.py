@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from mcp_celery_tasks.json_types import JSONValue
+from mcp_celery_tasks.store.artifact_calls import NotOurs
 from mcp_celery_tasks.store.step_queries import CHUNK_BYTES, CheckpointRecord, StepWrite
 
 __all__ = ["MemorySteps", "TaskDurables"]
@@ -28,6 +30,8 @@ class TaskDurables:
     checkpoints: dict[str, CheckpointRecord] = field(default_factory=dict)
     chunks: dict[tuple[str, str], list[bytes]] = field(default_factory=dict)
     """(name, generation) -> the bytes of a checkpoint kept in "Postgres"."""
+    artifacts: dict[str, tuple[str, str, bytes]] = field(default_factory=dict)
+    """artifact_id -> (name, mime type, bytes) of the task's complete artifacts."""
 
 
 class MemorySteps:
@@ -66,6 +70,17 @@ class MemorySteps:
             return None  # ON CONFLICT DO NOTHING
         steps[seq] = (name, result)
         return True
+
+    def write_artifact(
+        self, task_id: str, worker: str, name: str, mime_type: str, chunks: Iterable[bytes]
+    ) -> tuple[str, int, str]:
+        self._call("write_artifact")
+        if self._mine(task_id, worker) is None:
+            raise NotOurs(task_id)
+        data = b"".join(bytes(chunk) for chunk in chunks)
+        artifact_id = secrets.token_urlsafe(18)
+        self._durables(task_id).artifacts[artifact_id] = (name, mime_type, data)
+        return artifact_id, len(data), hashlib.sha256(data).hexdigest()
 
     def save_checkpoint(
         self, task_id: str, worker: str, name: str, generation: str, chunks: Iterable[bytes]

@@ -29,6 +29,7 @@ from mcp_types import (
 from mcp_celery_tasks.errors import InputNotSupported, InvalidParams, TaskCancelled
 from mcp_celery_tasks.json_types import JSONObject, JSONValue
 from mcp_celery_tasks.tools import inputs, retries
+from mcp_celery_tasks.tools.artifacts import NO_ARTIFACTS, ArtifactData, ResourceLink, TaskArtifacts
 from mcp_celery_tasks.tools.steps import NO_STEPS, Checkpoints, TaskSteps
 
 __all__ = ["LOG_LEVELS", "Ask", "TaskContext", "TaskRuntime", "current_context", "get_current_context"]
@@ -120,6 +121,7 @@ class TaskContext:
         sleep_slice_s: float = 0.2,
         log_level: str | None = None,
         steps: TaskSteps = NO_STEPS,
+        artifacts: TaskArtifacts = NO_ARTIFACTS,
         principal: str = "",
         device: str | None = None,
         is_task: bool = True,
@@ -152,6 +154,7 @@ class TaskContext:
         self._log_from = LOG_LEVELS.index(log_level) if log_level in LOG_LEVELS else None
         self._logger = logging.getLogger(f"mcp_celery_tasks.tool.{tool_name}")
         self._steps = steps
+        self._artifacts = artifacts
 
     @property
     def client_capabilities(self) -> dict[str, object]:
@@ -258,6 +261,13 @@ class TaskContext:
         ``info(name)``, ``delete(name)``; the latest save of a name wins, and a re-run of the task
         loads what the last run saved."""
         return self._steps.checkpoint
+
+    def artifact(self, name: str, data: ArtifactData, mime_type: str | None = None) -> ResourceLink:
+        """Publish ``data`` (bytes, text, or a binary file object, streamed in 1 MiB chunks) as
+        artifact ``name`` of this task and return the ``resource_link`` block to put in the
+        result; the client reads it with ``resources/read`` while the task exists. ``name`` is a
+        plain file name (``ToolError`` otherwise); ``mime_type`` defaults to a guess from it."""
+        return self._artifacts.publish(name, data, mime_type)
 
     # ---- input requests --------------------------------------------------------------------
 

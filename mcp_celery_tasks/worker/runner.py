@@ -52,6 +52,7 @@ from mcp_celery_tasks.tools.retries import RetryLater
 from mcp_celery_tasks.transient import OUTCOME_WRITE, REQUEUE, Backoff, OutageTooLong, ride_out
 from mcp_celery_tasks.wire import declares_tasks
 from mcp_celery_tasks.worker import claims, retries
+from mcp_celery_tasks.worker.artifacts import ArtifactRows, JobArtifacts
 from mcp_celery_tasks.worker.child import in_job, running_tool, worker_identity
 from mcp_celery_tasks.worker.devices import current_device
 from mcp_celery_tasks.worker.leases import LeaseKeeper
@@ -77,7 +78,7 @@ __all__ = ["JobOutcome", "JobRunner", "JobStore", "Outcome", "worker_identity"]
 logger = logging.getLogger("mcp_celery_tasks.runner")
 
 
-class JobStore(RuntimeStore, StepStore, retries.RetryStore, Protocol):
+class JobStore(RuntimeStore, StepStore, ArtifactRows, retries.RetryStore, Protocol):
     """The store calls of a job's claim and outcome (``WorkerStore`` in production)."""
 
     def claim(
@@ -358,6 +359,7 @@ class JobRunner:
             steps=JobSteps(self._store, self._settings, task_id=job.task_id, job_id=job.job_id,
                            tool_name=job.tool_name, worker=runtime.worker, stopping=lambda: runtime.stopping,
                            replayed=runtime.replayed, new_work=runtime.reached_new_work),
+            artifacts=JobArtifacts(self._store, job.task_id, runtime.worker),
         )  # fmt: skip
 
     def _bounded(self, result: JSONObject) -> JSONObject:

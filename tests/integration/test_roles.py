@@ -17,7 +17,8 @@ import pytest
 
 from mcp_celery_tasks.maintenance.gc import collect_garbage
 from mcp_celery_tasks.settings import Settings
-from mcp_celery_tasks.store import WorkerStore, roles, schema
+from mcp_celery_tasks.store import ApiStore, WorkerStore, roles, schema
+from mcp_celery_tasks.worker.artifacts import JobArtifacts
 from tests import support
 
 Login = Callable[[str], str]
@@ -244,3 +245,40 @@ def test_a_worker_registers_beats_and_deregisters_its_own_row(login: Login) -> N
     assert store.deregister(info)
     assert store.workers() == []
     store.close()
+
+
+async def test_artifacts_are_written_by_the_worker_read_by_the_api_and_swept_by_maintenance(
+    login: Login, db_url: str
+) -> None:
+    task_id = f"t-{uuid.uuid4().hex}"
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, status, retention_ms,"
+            " poll_interval_ms, queue, max_attempts, protocol_version, client_capabilities, worker)"
+            " VALUES (%s, %s, 'anon', 'x', '{}', 'working', 1, 1, 'q', 1, '2026-07-28', '{}', 'me')",
+            (task_id, f"j-{task_id}"),
+        )
+    worker = WorkerStore(Settings(database_url=login("mcp_tasks_worker")))
+    try:
+        link = JobArtifacts(worker, task_id, "me").publish("a.txt", "x" * 10)
+    finally:
+        worker.close()
+    worker_dsn = login("mcp_tasks_worker")
+    _denied(worker_dsn, "DELETE FROM mcp_task_artifacts WHERE false")  # an artifact is never rewritten
+    api = ApiStore(Settings(database_url=login("mcp_tasks_api")))
+    await api.open()
+    try:
+        found = await api.artifact(link["uri"].split("/")[-2], "anon")
+        assert found is not None and await api.artifact_bytes(found) == b"x" * 10
+    finally:
+        await api.close()
+    _denied(login("mcp_tasks_api"), "DELETE FROM mcp_task_artifacts WHERE false")
+    maintenance = WorkerStore(Settings(database_url=login("mcp_tasks_maintenance")))
+    try:
+        assert maintenance.delete_orphan_artifacts(10) == 0
+    finally:
+        maintenance.close()
+    _allowed(login("mcp_tasks_maintenance"), f"DELETE FROM mcp_tasks WHERE task_id = '{task_id}'")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for table in ("mcp_task_artifacts", "mcp_task_artifact_chunks"):
+            assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
