@@ -23,13 +23,13 @@ from mcp_celery_tasks.store import (
     admin_queries,
     backlog,
     fleet_queries,
-    limit_queries,
     queries,
     session_queries,
 )
 from mcp_celery_tasks.store._conninfo import connect_kwargs
 from mcp_celery_tasks.store.artifact_calls import ArtifactReads
 from mcp_celery_tasks.store.fleet import DemandRow
+from mcp_celery_tasks.store.quota_calls import QuotaReads
 from mcp_celery_tasks.store.records import (
     AnswerOutcome,
     CancelOutcome,
@@ -58,7 +58,7 @@ _TASK = args_row(TaskRecord)
 _INPUT = args_row(InputRecord)
 
 
-class ApiStore(ArtifactReads):
+class ApiStore(ArtifactReads, QuotaReads):
     """Async store operations used by the HTTP front end."""
 
     def __init__(self, settings: Settings) -> None:
@@ -257,28 +257,6 @@ class ApiStore(ArtifactReads):
             await self._rows(queries.RELEASE_KEY, params, tuple_row)
         return None  # refused by a quota (or the key's row vanished three times over)
 
-    async def share_load(self, replica: str, counts: Mapping[str, int], fresh_s: float) -> dict[str, int]:
-        """Record this replica's requests in progress per principal; the other live replicas'."""
-        params = {
-            "replica": replica,
-            "principals": list(counts),
-            "counts": list(counts.values()),
-            "fresh_s": fresh_s,
-        }
-        rows = await self._fetch(session_queries.SHARE_LOAD, params)
-        return {str(row["principal"]): int(str(row["in_progress"])) for row in rows}
-
-    async def forget_load(self, replica: str) -> None:
-        """Delete this replica's rows (a clean shutdown: the others stop counting them at once)."""
-        await self._fetch(session_queries.FORGET_LOAD, {"replica": replica})
-
-    async def bucket_wait(self, owner: str, rate: float, burst: int) -> float | None:
-        """After a refused create: seconds until the owner's shared creates-per-second bucket
-        holds a token (0: it holds one now); None when there is no bucket."""
-        params = {"owner": owner, "rate": rate, "burst": max(1, burst)}
-        rows = await self._fetch(queries.BUCKET_WAIT, params)
-        return float(str(rows[0]["wait_s"])) if rows else None
-
     async def task_by_key(self, owner: str, key: str) -> TaskRecord | None:
         """The owner's live task created under idempotency ``key``, or None."""
         params = {"owner": owner, "idempotency_key": key}
@@ -299,16 +277,6 @@ class ApiStore(ArtifactReads):
         params = {"task_id": task_id, "cap": cap}
         rows = await self._rows(backlog.QUEUE_POSITION, params, typed_rows(QueuePosition))
         return (int(rows[0]["ahead"]), bool(rows[0]["capped"])) if rows else None
-
-    async def group_wait(self, task_id: str) -> tuple[str, str, int, int] | None:
-        """(tool, group, limit in force, runs in flight) of a backlog task of a tool with a
-        concurrency limit; None for any other task (``limit_queries.GROUP_WAIT``)."""
-        rows = await self._fetch(limit_queries.GROUP_WAIT, {"task_id": task_id})
-        if not rows:
-            return None
-        row = rows[0]
-        tool, group = str(row["tool_name"]), str(row["concurrency_group"])
-        return tool, group, int(str(row["in_force"])), int(str(row["running"]))
 
     async def get_tasks(self, task_ids: Sequence[str]) -> list[TaskRecord]:
         """Rows for the event hub (ownership is checked by whoever registered the watch)."""
