@@ -162,3 +162,32 @@ FROM mcp_tasks t
 WHERE t.task_id = %(task_id)s AND t.concurrency_limit IS NOT NULL AND t.dispatched_at IS NULL
   AND t.retry_at IS NULL AND t.status IN {_ACTIVE}
 """
+
+# ---- creates per second across API replicas (``queries.CREATE_TASK`` takes the token) --------
+
+# The principal's creates-per-second bucket shared by every API process (``mcp_principal_buckets``):
+# refilled at ``rate`` up to ``burst`` since its last take, then one token taken, in the create's
+# own statement (no round trip more). A take that finds less than one token leaves the row as it
+# was and the insert below does not happen. The row lock serializes one principal's creates
+# across replicas for the length of one statement; rate 0: no bucket is touched.
+TAKE_TOKEN: Final = """bucket AS (
+    INSERT INTO mcp_principal_buckets AS b (principal, tokens, stamp)
+    SELECT %(owner)s, %(burst)s::float8 - 1, clock_timestamp()
+    WHERE %(rate)s::float8 > 0 AND (SELECT ok FROM active_ok){only}
+    ON CONFLICT (principal) DO UPDATE
+    SET tokens = LEAST(%(burst)s::float8, b.tokens + %(rate)s::float8
+                       * EXTRACT(EPOCH FROM clock_timestamp() - b.stamp)) - 1,
+        stamp = clock_timestamp()
+    WHERE LEAST(%(burst)s::float8, b.tokens + %(rate)s::float8
+                * EXTRACT(EPOCH FROM clock_timestamp() - b.stamp)) >= 1
+    RETURNING 1
+)"""
+TOKEN_TAKEN: Final = "AND (%(rate)s::float8 <= 0 OR EXISTS (SELECT 1 FROM bucket))"
+
+# After a create that made no row: whether the principal's shared bucket was short of a token,
+# and in how many seconds it will hold one (else it was the active-tasks quota).
+BUCKET_WAIT: Final[LiteralString] = """
+SELECT GREATEST(0, (1 - LEAST(%(burst)s::float8, tokens + %(rate)s::float8
+                               * EXTRACT(EPOCH FROM clock_timestamp() - stamp))) / %(rate)s::float8) AS wait_s
+FROM mcp_principal_buckets WHERE principal = %(owner)s AND %(rate)s::float8 > 0
+"""

@@ -21,6 +21,7 @@ from mcp_celery_tasks.lifecycle import (
     guard,
     sql_list,
 )
+from mcp_celery_tasks.store import limit_queries
 from mcp_celery_tasks.store.records import ClaimedTask, InputRecord, TaskRecord
 
 __all__ = ["CLAIMED_COLUMNS", "INPUT_COLUMNS", "NOTIFY_CHANNEL", "TASK_COLUMNS"]
@@ -74,38 +75,13 @@ _LIVE_KEY: Final = """owner = %(owner)s AND idempotency_key = %(idempotency_key)
   AND (expires_at IS NULL OR expires_at > statement_timestamp())"""
 _KEY_CONFLICT: Final = "ON CONFLICT (owner, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
 
-# The principal's creates-per-second bucket shared by every API process (``mcp_principal_buckets``):
-# refilled at ``rate`` up to ``burst`` since its last take, then one token taken, in the create's
-# own statement (no round trip more). A take that finds less than one token leaves the row as it
-# was and the insert below does not happen. The row lock serializes one principal's creates
-# across replicas for the length of one statement; rate 0: no bucket is touched.
-_TAKE_TOKEN: Final = """bucket AS (
-    INSERT INTO mcp_principal_buckets AS b (principal, tokens, stamp)
-    SELECT %(owner)s, %(burst)s::float8 - 1, clock_timestamp()
-    WHERE %(rate)s::float8 > 0 AND (SELECT ok FROM active_ok){only}
-    ON CONFLICT (principal) DO UPDATE
-    SET tokens = LEAST(%(burst)s::float8, b.tokens + %(rate)s::float8
-                       * EXTRACT(EPOCH FROM clock_timestamp() - b.stamp)) - 1,
-        stamp = clock_timestamp()
-    WHERE LEAST(%(burst)s::float8, b.tokens + %(rate)s::float8
-                * EXTRACT(EPOCH FROM clock_timestamp() - b.stamp)) >= 1
-    RETURNING 1
-)"""
-_TOKEN_TAKEN: Final = "AND (%(rate)s::float8 <= 0 OR EXISTS (SELECT 1 FROM bucket))"
 
-CREATE_TASK: Final[LiteralString] = f"""WITH {_ACTIVE_OK}, {_TAKE_TOKEN.format(only="")}
-{_INSERT_TASK} {_TOKEN_TAKEN}
+CREATE_TASK: Final[LiteralString] = f"""WITH {_ACTIVE_OK}, {limit_queries.TAKE_TOKEN.format(only="")}
+{_INSERT_TASK} {limit_queries.TOKEN_TAKEN}
 {_KEY_CONFLICT}
 RETURNING {TASK_COLUMNS}, now() AS db_now
 """
 
-# After a create that made no row: whether the principal's shared bucket was short of a token,
-# and in how many seconds it will hold one (else it was the active-tasks quota).
-BUCKET_WAIT: Final[LiteralString] = """
-SELECT GREATEST(0, (1 - LEAST(%(burst)s::float8, tokens + %(rate)s::float8
-                               * EXTRACT(EPOCH FROM clock_timestamp() - stamp))) / %(rate)s::float8) AS wait_s
-FROM mcp_principal_buckets WHERE principal = %(owner)s AND %(rate)s::float8 > 0
-"""
 
 # A keyed create in one round trip: the owner's live task under the key, else the new row. No
 # row at all: the quota refused it, a concurrent call's insert won the index (read it), or an
@@ -113,8 +89,8 @@ FROM mcp_principal_buckets WHERE principal = %(owner)s AND %(rate)s::float8 > 0
 CREATE_KEYED_TASK: Final[LiteralString] = f"""
 WITH found AS (
     SELECT {TASK_COLUMNS}, statement_timestamp() AS db_now FROM mcp_tasks WHERE {_LIVE_KEY}
-), {_ACTIVE_OK}, {_TAKE_TOKEN.format(only=" AND NOT EXISTS (SELECT 1 FROM found)")}, created AS (
-    {_INSERT_TASK} AND NOT EXISTS (SELECT 1 FROM found) {_TOKEN_TAKEN}
+), {_ACTIVE_OK}, {limit_queries.TAKE_TOKEN.format(only=" AND NOT EXISTS (SELECT 1 FROM found)")}, created AS (
+    {_INSERT_TASK} AND NOT EXISTS (SELECT 1 FROM found) {limit_queries.TOKEN_TAKEN}
     {_KEY_CONFLICT}
     RETURNING {TASK_COLUMNS}, now() AS db_now
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import LiteralString
 
-from mcp_celery_tasks.store import limit_queries, queries, session_queries
+from mcp_celery_tasks.store import limit_queries, session_queries
 
 __all__ = ["QuotaReads"]
 
@@ -41,7 +41,7 @@ class QuotaReads:
         """After a refused create: seconds until the owner's shared creates-per-second bucket
         holds a token (0: it holds one now); None when there is no bucket."""
         params = {"owner": owner, "rate": rate, "burst": max(1, burst)}
-        rows = await self._fetch(queries.BUCKET_WAIT, params)
+        rows = await self._fetch(limit_queries.BUCKET_WAIT, params)
         return float(str(rows[0]["wait_s"])) if rows else None
 
     async def group_wait(self, task_id: str) -> tuple[str, str, int, int] | None:
