@@ -120,13 +120,15 @@ def test_each_child_sees_exactly_its_own_device(gpu_stack: Stack, tmp_path: Path
         assert gpu_stack.row(task)["device"] == view["visible"]  # the row names it too
     # The admin view, the worker's log and its metrics name the device too.
     shown = subprocess.run(
-        [sys.executable, "-m", "mcp_celery_tasks.cli", "tasks", "show", first, "--json"],
+        # A task id may start with "-" (one in 64): it goes after "--", as the README says.
+        [sys.executable, "-m", "mcp_celery_tasks.cli", "tasks", "show", "--json", "--", first],
         env=gpu_stack.env,
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
     )
+    assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["task"]["device"] == seen[0]["visible"], shown.stderr
     assert f"runs on GPU {seen[0]['visible']}" in gpu_stack.worker.log.read_text()
     metrics = httpx.get(
