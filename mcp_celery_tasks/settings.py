@@ -191,14 +191,14 @@ class Settings(BaseSettings):
 
     lease_seconds: float = 30.0
     """A worker holds a task for this long without renewing it before another may take over."""
-    lease_self_fence: FenceMode = "off"
+    lease_self_fence: FenceMode = "auto"
     """``off | on | auto`` (``true``/``false``: on/off). A prefork worker that could not renew a
     job's lease for a lease less one watchdog interval (Postgres is out of its reach) kills the
     job's process before the lease can lapse (``on``), so a worker taking the job over never runs
     beside it; or only while it still hears the maintenance worker's "Postgres answers" beacon,
     i.e. it alone is cut off (``auto``; give the maintenance worker the same value); or never
     (``off``). In an outage of Postgres itself nobody can take a job over: there ``on`` stops
-    every job for nothing (an attempt each), ``auto`` and ``off`` let them run on."""
+    every job for nothing (an attempt each), ``auto`` (the default) and ``off`` let them run on."""
     max_attempts: int = 3
     """Runs of one job before the task fails. A run counts when the tool failed or its process
     died without giving the job back (a crash, an OOM kill); a run the worker gave back (a
