@@ -118,7 +118,8 @@ def test_text_comes_back_as_text_also_on_a_2025_11_25_session(alice: Client, aut
         legacy.call("resources/read", {"uri": link["uri"]})["result"]["contents"][0]["text"]
         == "héllo\nworld\n"
     )
-    assert legacy.call("resources/templates/list", {})["result"] == {"resourceTemplates": []}
+    (template,) = legacy.call("resources/templates/list", {})["result"]["resourceTemplates"]
+    assert template["uriTemplate"] == "mcp-tasks://artifacts/{id}/{name}{?offset,length}"
     stranger = _LegacySession(auth_url, TOKENS["bob"])
     refused = stranger.call("resources/read", {"uri": link["uri"]})["error"]
     assert refused == {
@@ -136,7 +137,9 @@ def test_both_revisions_advertise_resources(alice: Client, auth_url: str) -> Non
     assert "resources" in init["result"]["capabilities"]
 
 
-def test_templates_are_empty_and_a_forged_cursor_is_refused(alice: Client) -> None:
-    assert alice.request("resources/templates/list", {}).result["resourceTemplates"] == []
+def test_the_range_template_is_listed_and_a_forged_cursor_is_refused(alice: Client) -> None:
+    (template,) = alice.request("resources/templates/list", {}).result["resourceTemplates"]
+    assert template["uriTemplate"] == "mcp-tasks://artifacts/{id}/{name}{?offset,length}"
+    assert template["name"] == "artifact-range" and "16777216" in template["description"]
     refused = alice.request("resources/list", {"cursor": "not-a-cursor"}).error
     assert refused["code"] == codes.INVALID_PARAMS and refused["message"] == "Invalid cursor"
