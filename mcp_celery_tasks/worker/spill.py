@@ -29,8 +29,9 @@ import mimetypes
 from collections.abc import Callable
 from typing import Final
 
+from mcp_celery_tasks.errors import ToolError
 from mcp_celery_tasks.json_types import JSONObject, JSONValue
-from mcp_celery_tasks.tools.artifacts import ArtifactData, ResourceLink
+from mcp_celery_tasks.tools.artifacts import ArtifactData, ResourceLink, checked_mime_type
 
 __all__ = ["MIN_SPILL_BYTES", "PREVIEW_CHARS", "json_size", "spill"]
 
@@ -147,7 +148,13 @@ def _text(text: str) -> JSONValue:
 
 
 def _mime(mime: JSONValue, default: str) -> str:
-    return mime if isinstance(mime, str) and mime else default
+    """The block's own mime type when it is well formed (a result is not refused for it)."""
+    if not isinstance(mime, str):
+        return default
+    try:
+        return checked_mime_type(mime, "")
+    except ToolError:
+        return default
 
 
 def _extension(mime: JSONValue, default: str) -> str:
