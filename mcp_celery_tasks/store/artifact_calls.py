@@ -9,15 +9,15 @@ import asyncio
 import contextlib
 import hashlib
 import secrets
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, LiteralString
+from typing import Final, LiteralString, Protocol
 
 from mcp_celery_tasks.errors import ArtifactRefused, InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import artifact_queries as q
-from mcp_celery_tasks.store.artifact_dir import ArtifactDirectory
+from mcp_celery_tasks.store.artifact_dir import ArtifactDirectory, Upload
 from mcp_celery_tasks.store.artifact_queries import ArtifactRecord
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "ArtifactLimits",
     "ArtifactReads",
     "ArtifactWrites",
+    "ChunkSink",
     "HalfWritten",
     "NotOurs",
     "exact_chunks",
@@ -90,39 +91,40 @@ class ArtifactWrites:
         was written stays incomplete (unreadable) until the orphan sweep removes it."""
         artifact_id = secrets.token_urlsafe(18)
         fence = {"task_id": task_id, "worker": worker, "artifact_id": artifact_id}
-        storage = "postgres" if directory is None else "directory"
+        storage = _File.storage if directory is not None else _Rows.storage
         created = {**fence, "name": name, "mime_type": mime_type, "storage": storage}
         if not self._fetch(q.CREATE_ARTIFACT, created):
             raise NotOurs(task_id)
-        upload = None if directory is None else directory.upload(artifact_id)
         digest = hashlib.sha256()
         size = seq = 0
+        sink: ChunkSink | None = None
         try:
+            # The file is opened after the row exists: the directory sweep keeps what has a row.
+            sink = (
+                _Rows(self._fetch) if directory is None else _File(self._fetch, directory.upload(artifact_id))
+            )
             for chunk in exact_chunks(chunks, CHUNK_BYTES):
                 grow = {**fence, "n": len(chunk), "max_bytes": limits.max_bytes, "quota": limits.quota_bytes}
-                if upload is None:
-                    written = self._fetch(q.INSERT_CHUNK, {**grow, "seq": seq, "data": chunk})
-                else:
-                    written = self._fetch(q.GROW, grow)
-                    if written:
-                        upload.write(chunk)
-                if not written:
+                if not sink.put(grow, seq, chunk):
                     raise self._refusal(task_id, worker, name, size + len(chunk), limits)
                 digest.update(chunk)
                 size, seq = size + len(chunk), seq + 1
-            if upload is not None:
-                upload.commit()
-            done = {**fence, "size": size, "sha256": digest.hexdigest(), "chunks": seq,
-                    "rows": seq if upload is None else 0}  # fmt: skip
+            done = {
+                **fence,
+                "size": size,
+                "sha256": digest.hexdigest(),
+                "chunks": seq,
+                "rows": sink.commit(seq),
+            }
             if not self._fetch(q.COMPLETE_ARTIFACT, done):
                 raise NotOurs(task_id)
         except NotOurs:
-            if upload is not None:
-                upload.abort()
+            if sink is not None:
+                sink.abort()
             raise
         except BaseException:
-            if upload is not None:
-                upload.abort()
+            if sink is not None:
+                sink.abort()
             with contextlib.suppress(InfrastructureError):  # else the orphan sweep removes it
                 self._execute(q.DISCARD_ARTIFACT, fence)
             raise
@@ -156,6 +158,64 @@ class ArtifactWrites:
         """Which of ``artifact_ids`` still have a row (the artifact directory's sweep)."""
         rows = self._fetch(q.KNOWN_ARTIFACTS, {"ids": list(artifact_ids)})
         return {str(row["artifact_id"]) for row in rows}
+
+
+Fetch = Callable[[LiteralString, Mapping[str, object]], list[Mapping[str, object]]]
+
+
+class ChunkSink(Protocol):
+    """Where one upload's bytes go (``storage``, the row's column): ``put`` grows the row by the
+    chunk within the limits (``_GROWN``) and keeps the chunk, False when the row refused;
+    ``commit`` makes the bytes durable and says how many chunk rows the row must count;
+    ``abort`` removes what the sink holds (the row is the caller's)."""
+
+    storage: str
+
+    def put(self, grow: Mapping[str, object], seq: int, chunk: bytes) -> bool: ...
+
+    def commit(self, chunks: int) -> int: ...
+
+    def abort(self) -> None: ...
+
+
+class _Rows:
+    """Postgres: each chunk a row, inserted by the statement that grows the artifact."""
+
+    storage = "postgres"
+
+    def __init__(self, fetch: Fetch) -> None:
+        self._fetch = fetch
+
+    def put(self, grow: Mapping[str, object], seq: int, chunk: bytes) -> bool:
+        return bool(self._fetch(q.INSERT_CHUNK, {**grow, "seq": seq, "data": chunk}))
+
+    def commit(self, chunks: int) -> int:
+        return chunks
+
+    def abort(self) -> None:
+        pass  # the rows go with the artifact's row (cascade)
+
+
+class _File:
+    """A directory: the row grows first, then the chunk is appended to the upload's file."""
+
+    storage = "directory"
+
+    def __init__(self, fetch: Fetch, upload: Upload) -> None:
+        self._fetch, self._upload = fetch, upload
+
+    def put(self, grow: Mapping[str, object], seq: int, chunk: bytes) -> bool:
+        if not self._fetch(q.GROW, grow):
+            return False
+        self._upload.write(chunk)
+        return True
+
+    def commit(self, chunks: int) -> int:
+        self._upload.commit()
+        return 0
+
+    def abort(self) -> None:
+        self._upload.abort()
 
 
 def exact_chunks(chunks: Iterable[bytes], size: int) -> Iterator[bytes]:

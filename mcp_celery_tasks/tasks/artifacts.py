@@ -12,6 +12,7 @@ decimal integers; anything else (a sign, a fraction, another parameter, a repeat
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +26,8 @@ from mcp_celery_tasks.store.artifact_queries import ArtifactRecord
 from mcp_celery_tasks.tools.artifacts import ARTIFACT_URI_PREFIX
 
 __all__ = ["RANGE_TEMPLATE", "ArtifactRead", "ArtifactService"]
+
+logger = logging.getLogger("mcp_celery_tasks.artifacts")
 
 RANGE_TEMPLATE: Final = ARTIFACT_URI_PREFIX + "{id}/{name}{?offset,length}"
 """The resource template of a byte range of an artifact (``resources/templates/list``)."""
@@ -86,8 +89,9 @@ class ArtifactService:
             offset, length = _range(uri, query, record.size, max_bytes)
         try:
             data = await self._store.artifact_bytes(record, offset, length, self._directory)
-        except LookupError:
-            raise ResourceNotFound(uri) from None  # collected while we read
+        except LookupError as exc:  # collected while we read, or a storage this API cannot reach
+            logger.warning("resources/read of artifact %s: %s", record.artifact_id, exc)
+            raise ResourceNotFound(uri) from None
         return ArtifactRead(record, data, ranged=query is not None)
 
     async def list(
