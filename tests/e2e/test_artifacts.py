@@ -118,6 +118,13 @@ def test_text_comes_back_as_text_also_on_a_2025_11_25_session(alice: Client, aut
         legacy.call("resources/read", {"uri": link["uri"]})["result"]["contents"][0]["text"]
         == "héllo\nworld\n"
     )
+    ranged = legacy.call("resources/read", {"uri": f"{link['uri']}?offset=1&length=5"})["result"]
+    assert ranged["contents"] == [  # a range is a blob, text or not ("é" is two bytes)
+        {"uri": f"{link['uri']}?offset=1&length=5", "mimeType": "text/plain", "blob": base64.b64encode(
+            "héllo\nworld\n".encode()[1:6]).decode()}
+    ]  # fmt: skip
+    bad = legacy.call("resources/read", {"uri": f"{link['uri']}?offset=-1"})["error"]
+    assert bad["code"] == codes.INVALID_PARAMS and bad["message"].startswith("Invalid range: ")
     (template,) = legacy.call("resources/templates/list", {})["result"]["resourceTemplates"]
     assert template["uriTemplate"] == "mcp-tasks://artifacts/{id}/{name}{?offset,length}"
     stranger = _LegacySession(auth_url, TOKENS["bob"])
