@@ -9,6 +9,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,10 @@ import pytest
 from mcp import Client as SdkClient
 from mcp.shared.exceptions import MCPError
 
+from mcp_celery_tasks.maintenance import gc
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import WorkerStore
+from mcp_celery_tasks.store.artifact_dir import ArtifactDirectory
 from tests import support
 from tests.fixtures.artifacts import large_text
 from tests.support import Client, Stack
@@ -153,5 +159,56 @@ def test_the_directory_storage_serves_a_linked_file_end_to_end(dir_stack: tuple[
                 "SELECT storage, (SELECT count(*) FROM mcp_task_artifact_chunks) FROM mcp_task_artifacts"
             ).fetchall()
         assert stored == [("directory", 0)]
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_job_killed_mid_upload_leaves_nothing_after_the_sweep(dir_stack: tuple[Stack, Path]) -> None:
+    """SIGKILL the pool child mid-upload (no clean-up runs): the job is redelivered and publishes
+    the whole artifact; the killed run's incomplete row and partial file go in the sweep."""
+    stack, root = dir_stack
+    before = {p.name for p in root.rglob("*") if p.is_file()}  # the module's other artifacts
+    client = stack.client()
+    try:
+        task_id = client.start("publish_stream", {"size": 400 * MiB, "name": "interrupted.bin"})
+
+        def uploading() -> tuple[str, str] | None:
+            with stack.db() as conn:
+                found = conn.execute(
+                    "SELECT a.artifact_id, t.worker FROM mcp_task_artifacts a"
+                    " JOIN mcp_tasks t USING (task_id)"
+                    " WHERE a.task_id = %s AND NOT a.complete AND a.size >= %s",
+                    (task_id, 8 * MiB),
+                ).fetchone()
+            return None if found is None else (str(found[0]), str(found[1]))
+
+        killed, worker = support.wait_until(uploading, 60, 0.02, what="the upload to be under way")
+        os.kill(int(worker.split(":")[1]), signal.SIGKILL)
+        done = client.wait_status(task_id, timeout=150)
+        assert done["status"] == "completed" and done["result"]["isError"] is False, done
+        link, _ = done["result"]["content"]
+        kept = link["uri"].split("/")[-2]
+        assert kept != killed and link["size"] == 400 * MiB
+
+        directory = ArtifactDirectory(root)
+        assert {p.name for p in root.rglob("*") if p.is_file()} - before == {kept, f".{killed}.part"}
+        with stack.db() as conn:  # the orphan sweep's age, reached without waiting an hour
+            conn.execute(
+                "UPDATE mcp_task_artifacts SET created_at = now() - interval '2 hours' WHERE task_id = %s",
+                (task_id,),
+            )
+        store = WorkerStore(Settings(database_url=stack.database_url))
+        try:
+            gc.collect_garbage(store)  # the incomplete row of the killed run (its task is terminal)
+            assert gc.sweep_artifact_dir(store, directory, older_than_s=-1) == 1  # then its file
+        finally:
+            store.close()
+        assert {p.name for p in root.rglob("*") if p.is_file()} - before == {kept}
+        with stack.db() as conn:
+            rows = conn.execute(
+                "SELECT artifact_id, complete FROM mcp_task_artifacts WHERE task_id = %s", (task_id,)
+            ).fetchall()
+        assert rows == [(kept, True)]
     finally:
         client.close()
