@@ -295,7 +295,18 @@ class Settings(BaseSettings):
     max_client_info_bytes: int = 16_384
     """Largest ``capabilities`` plus ``clientInfo`` an initialize may declare (as JSON)."""
     max_result_bytes: int = 4_194_304
-    """Largest tool result stored; above it the call ends with ``isError``."""
+    """Largest tool result kept in the task row once large blocks became artifacts
+    (``inline_result_bytes``); a result still above it ends with ``isError``."""
+    inline_result_bytes: int = Field(default=262_144, ge=1024)
+    """A result larger than this (as JSON) has its large text, blob and embedded-resource blocks
+    stored as artifacts, each replaced by a ``resource_link`` and a short preview."""
+    max_artifact_bytes: int = Field(default=1 << 30, ge=1)
+    """Largest artifact; an upload that grows past it stops with ``isError`` and is removed."""
+    artifact_quota_bytes: int = Field(default=10 << 30, ge=0)
+    """Artifact bytes one principal may keep stored (counted as uploads go); 0: no quota."""
+    artifact_dir: str | None = None
+    """Keep artifact bytes as files under this directory, shared by the workers, the API and the
+    maintenance worker (named by artifact id only). Unset: in Postgres, 1 MiB chunks."""
     max_status_message_chars: int = 1024
     """``statusMessage`` is cut to this length."""
     max_step_result_bytes: int = 1_048_576

@@ -5,8 +5,10 @@ An artifact's uri is ``mcp-tasks://artifacts/<artifact_id>/<name>``. Reads are s
 caller (``tasks.artifacts``): a uri that is malformed, unknown, or another principal's artifact
 all answer the same error, the uri in ``data``: -32602 "Resource not found" on 2026-07-28
 (SEP-2164 standardized it there), -32002 on 2025-11-25 (that revision's server/resources). Text
-(``text/*``, ``application/json``) comes back as ``text``, anything else as base64 ``blob``; a
-read is bounded by ``MAX_READ_BYTES`` (the whole content travels in one JSON response).
+(``text/*``, ``application/json``) read whole comes back as ``text``, anything else, and every
+byte range, as base64 ``blob``; a read is bounded by ``MAX_READ_BYTES`` (the whole content
+travels in one JSON response): a larger artifact is read in ranges, ``<uri>?offset=&length=``
+(the one resource template, ``tasks.artifacts.RANGE_TEMPLATE``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from mcp_celery_tasks.errors import InvalidParams, ResourceNotFound
 from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.store.artifact_queries import ArtifactRecord
+from mcp_celery_tasks.tasks.artifacts import RANGE_TEMPLATE
 from mcp_celery_tasks.tasks.service import RequestContext
 from mcp_celery_tasks.tools.artifacts import artifact_uri
 from mcp_celery_tasks.wire import (
@@ -71,9 +74,10 @@ async def read_resource_legacy(
 
 
 async def _read(services: Services, ctx: RequestContext, uri: str) -> JSONObject:
-    record, data = await services.artifacts.read(uri, ctx.principal, MAX_READ_BYTES)
+    read = await services.artifacts.read(uri, ctx.principal, MAX_READ_BYTES)
+    record, data = read.record, read.data
     content: JSONObject = {"uri": uri, "mimeType": record.mime_type}
-    if _is_text(record.mime_type):
+    if _is_text(record.mime_type) and not read.ranged:
         try:
             content["text"] = data.decode()
         except UnicodeDecodeError:
@@ -100,17 +104,31 @@ async def list_resources_legacy(
     return await _listing(services, ctx, params.cursor)
 
 
+_RANGE: Final[JSONObject] = {
+    "uriTemplate": RANGE_TEMPLATE,
+    "name": "artifact-range",
+    "title": "A byte range of an artifact",
+    "description": (
+        "Bytes offset..offset+length of the artifact mcp-tasks://artifacts/{id}/{name} (its link's "
+        f"size is the total), returned as a base64 blob; length is at most {MAX_READ_BYTES} bytes, "
+        "the most one resources/read returns, and is cut at the end."
+    ),
+    "mimeType": "application/octet-stream",
+}
+
+
 async def list_templates(
     services: Services, ctx: RequestContext, params: PagedParams
 ) -> ListResourceTemplatesResult:
-    """No templates: every artifact is listed by its own uri."""
-    return ListResourceTemplatesResult(resource_templates=[])
+    """One template: a byte range of an artifact (an artifact over ``MAX_READ_BYTES`` is read
+    in parts); every artifact itself is listed by its own uri."""
+    return ListResourceTemplatesResult.model_validate({"resourceTemplates": [_RANGE]})
 
 
 async def list_templates_legacy(
     services: Services, ctx: RequestContext, params: LegacyListParams
 ) -> JSONObject:
-    return {"resourceTemplates": []}
+    return {"resourceTemplates": [dict(_RANGE)]}
 
 
 async def _listing(services: Services, ctx: RequestContext, cursor: str | None) -> JSONObject:
