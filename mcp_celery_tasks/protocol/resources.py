@@ -7,6 +7,8 @@ all answer the same error, the uri in ``data``: -32602 "Resource not found" on 2
 (SEP-2164 standardized it there), -32002 on 2025-11-25 (that revision's server/resources). Text
 (``text/*``, ``application/json``) comes back as ``text``, anything else as base64 ``blob``; a
 read is bounded by ``MAX_READ_BYTES`` (the whole content travels in one JSON response).
+Beside the artifacts, the fixed resources and templates tool modules register
+(``tools.fixed_resources``; none by default) are listed first and read by every caller.
 """
 
 from __future__ import annotations
@@ -18,11 +20,18 @@ from typing import Final
 from mcp_types import ListResourcesResult, ListResourceTemplatesResult, ReadResourceResult
 
 from mcp_celery_tasks.errors import InvalidParams, ResourceNotFound
-from mcp_celery_tasks.json_types import JSONObject
+from mcp_celery_tasks.json_types import JSONObject, JSONValue
 from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.store.artifact_queries import ArtifactRecord
 from mcp_celery_tasks.tasks.service import RequestContext
 from mcp_celery_tasks.tools.artifacts import artifact_uri
+from mcp_celery_tasks.tools.fixed_resources import (
+    FixedResource,
+    ResourceTemplate,
+    find_fixed,
+    fixed_resources,
+    resource_templates,
+)
 from mcp_celery_tasks.wire import (
     LegacyListParams,
     LegacyReadResourceParams,
@@ -71,6 +80,12 @@ async def read_resource_legacy(
 
 
 async def _read(services: Services, ctx: RequestContext, uri: str) -> JSONObject:
+    fixed = find_fixed(uri)
+    if fixed is not None:
+        mime_type, found = fixed
+        if isinstance(found, str):
+            return {"contents": [{"uri": uri, "mimeType": mime_type, "text": found}]}
+        return {"contents": [{"uri": uri, "mimeType": mime_type, "blob": base64.b64encode(found).decode()}]}
     record, data = await services.artifacts.read(uri, ctx.principal, MAX_READ_BYTES)
     content: JSONObject = {"uri": uri, "mimeType": record.mime_type}
     if _is_text(record.mime_type):
@@ -103,20 +118,37 @@ async def list_resources_legacy(
 async def list_templates(
     services: Services, ctx: RequestContext, params: PagedParams
 ) -> ListResourceTemplatesResult:
-    """No templates: every artifact is listed by its own uri."""
-    return ListResourceTemplatesResult(resource_templates=[])
+    """The registered templates only (``tools.fixed_resources``): every artifact is listed by
+    its own uri."""
+    return ListResourceTemplatesResult.model_validate(_templates())
 
 
 async def list_templates_legacy(
     services: Services, ctx: RequestContext, params: LegacyListParams
 ) -> JSONObject:
-    return {"resourceTemplates": []}
+    return _templates()
+
+
+def _templates() -> JSONObject:
+    templates: list[JSONValue] = [_described(t, uriTemplate=t.uri_template) for t in resource_templates()]
+    return {"resourceTemplates": templates}
+
+
+def _described(entry: FixedResource | ResourceTemplate, **where: str) -> JSONObject:
+    """A fixed resource or template as listed: where it is, its name, mime type, description."""
+    listed: JSONObject = {**where, "name": entry.name, "mimeType": entry.mime_type}
+    if entry.description:
+        listed["description"] = entry.description
+    return listed
 
 
 async def _listing(services: Services, ctx: RequestContext, cursor: str | None) -> JSONObject:
     after = _cursor(cursor) if cursor is not None else None
     records = await services.artifacts.list(ctx.principal, PAGE + 1, after)
-    result: JSONObject = {"resources": [_resource(r) for r in records[:PAGE]]}
+    fixed: list[JSONValue] = (
+        [] if cursor is not None else [_described(r, uri=r.uri) for r in fixed_resources()]
+    )
+    result: JSONObject = {"resources": [*fixed, *(_resource(r) for r in records[:PAGE])]}
     if len(records) > PAGE:
         last = records[PAGE - 1]
         token = f"{last.created_at.isoformat()}|{last.artifact_id}".encode()
