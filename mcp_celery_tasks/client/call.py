@@ -366,18 +366,15 @@ class _Call:
             print(json.dumps(task, indent=2, ensure_ascii=False))
         elif status == "completed":
             show_result(self.out, result)
-        if (
-            status == "completed"
-            and self.save_dir
-            and not save_reported(self.err, self.client, result, self.save_dir)
-        ):
-            return EXIT_TASK_FAILED
         if status == "completed":
+            saved = self.save_dir is None or save_reported(self.err, self.client, result, self.save_dir)
             if result.get("isError"):
                 self._status(f"[red]tool error[/red] after {elapsed}")
                 return EXIT_TASK_FAILED
-            self._status(f"[green]completed[/green] in {elapsed}")
-            return EXIT_OK
+            self._status(
+                f"[green]completed[/green] in {elapsed}" + ("" if saved else ", not every artifact saved")
+            )
+            return EXIT_OK if saved else EXIT_TASK_FAILED
         if status == "failed":
             error = as_object(task.get("error"))
             detail = f"{error.get('message')} ({error.get('code')})"

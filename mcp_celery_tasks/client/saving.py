@@ -108,15 +108,16 @@ def _candidates(name: str) -> Iterator[str]:
         yield f"{stem}-{n}.{ext}" if ext else f"{stem}-{n}"
 
 
-def part_uris(uri: str, size: int | None, part_bytes: int = PART_BYTES) -> list[str]:
-    """The reads that fetch an artifact of ``size`` bytes: the uri itself when one read carries it
-    (or the size is unknown), else ranges of ``part_bytes`` (``?offset=N&length=M``)."""
+def part_uris(uri: str, size: int | None, part_bytes: int = PART_BYTES) -> Iterator[tuple[str, int | None]]:
+    """The reads that fetch an artifact of ``size`` bytes, each with the bytes it must return: the
+    uri itself when one read carries it (or the size is unknown), else ranges of ``part_bytes``
+    (``?offset=N&length=M``), made one at a time (a size a server made up costs nothing here)."""
     if size is None or size <= MAX_READ_BYTES:
-        return [uri]
-    return [
-        f"{uri}?offset={offset}&length={min(part_bytes, size - offset)}"
-        for offset in range(0, size, part_bytes)
-    ]
+        yield uri, size
+        return
+    for offset in range(0, size, part_bytes):
+        length = min(part_bytes, size - offset)
+        yield f"{uri}?offset={offset}&length={length}", length
 
 
 def _content_bytes(result: JSONObject, uri: str) -> bytes:
@@ -171,12 +172,14 @@ def _write(client: TasksClient, dir_fd: int, name: str, uri: str, size: int | No
     total = 0
     try:
         with os.fdopen(fd, "wb") as handle:
-            for part in part_uris(uri, size):
+            for part, expected in part_uris(uri, size):
                 data = _content_bytes(client.request("resources/read", {"uri": part}, name=part), part)
+                if expected is not None and len(data) != expected:
+                    raise SaveError(
+                        f"{part}: read {len(data)} bytes, not the {expected} the link's size says"
+                    )
                 handle.write(data)
                 total += len(data)
-        if size is not None and total != size:
-            raise SaveError(f"{uri}: read {total} bytes, the link said {size}")
     except BaseException:
         os.unlink(written_name, dir_fd=dir_fd)
         raise

@@ -81,6 +81,20 @@ def test_save_artifacts_keeps_every_hostile_name_inside_dir_and_replaces_nothing
     assert not any(control in ran.stderr for control in ("\x1b", "\u202e")), repr(ran.stderr)
 
 
+@pytest.mark.timeout(120)
+def test_a_link_whose_size_is_not_its_bytes_fails_the_call_and_leaves_no_file(
+    cli_stack: Stack, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    arguments = ["--arg", "text=hello", "--arg", 'link_names=["a.txt"]', "--arg", "link_size=3"]
+    ran = call(cli_stack, tmp_path, "publish_linked_as", *arguments, "--save-artifacts", str(out))
+    assert ran.returncode == 1, ran.stderr
+    assert "read 5 bytes, not the 3 the link's size says" in ran.stderr
+    assert ran.stderr.strip().splitlines()[-1].startswith("completed in ")
+    assert ran.stderr.strip().endswith(", not every artifact saved")
+    assert list(out.iterdir()) == []
+
+
 def test_save_artifacts_refuses_a_file_as_dir_before_calling(cli_stack: Stack, tmp_path: Path) -> None:
     target = tmp_path / "a-file"
     target.write_text("")

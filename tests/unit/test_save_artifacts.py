@@ -66,14 +66,17 @@ def test_only_our_artifact_links_are_saved_and_a_size_must_be_a_byte_count() -> 
 
 def test_an_artifact_one_read_carries_is_read_whole_and_a_larger_one_in_ranges() -> None:
     uri = "mcp-tasks://artifacts/abc/w.bin"
-    assert part_uris(uri, None) == [uri] and part_uris(uri, MAX_READ_BYTES) == [uri]
+    assert list(part_uris(uri, None)) == [(uri, None)]
+    assert list(part_uris(uri, MAX_READ_BYTES)) == [(uri, MAX_READ_BYTES)]
     parts = part_uris(uri, MAX_READ_BYTES + 1, part_bytes=MAX_READ_BYTES // 2)
     half = MAX_READ_BYTES // 2
-    assert parts == [
-        f"{uri}?offset=0&length={half}",
-        f"{uri}?offset={half}&length={half}",
-        f"{uri}?offset={MAX_READ_BYTES}&length=1",
+    assert list(parts) == [
+        (f"{uri}?offset=0&length={half}", half),
+        (f"{uri}?offset={half}&length={half}", half),
+        (f"{uri}?offset={MAX_READ_BYTES}&length=1", 1),
     ]
+    made_up = part_uris(uri, 10**18)  # a hostile size: parts are made as they are read
+    assert next(made_up) == (f"{uri}?offset=0&length=8388608", 8388608)
 
 
 def test_the_result_view_names_each_link_with_its_size() -> None:
