@@ -20,7 +20,6 @@ for the worker's 6 h default.
 from __future__ import annotations
 
 import io
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from mcp_celery_tasks import Elicit, TaskContext, ToolError, tool
-from workers.model_files import MODELS_DIR, check_writable, principal_models
+from workers.model_files import MODELS_DIR, check_writable, principal_models, result_with_link, save_and_link
 
 __all__ = ["Mlp", "make_moons", "train_model"]
 
@@ -243,20 +242,9 @@ def train_model(
     ctx.raise_if_cancelled()
     weights = io.BytesIO()
     mlp.save(weights)
-    with root.atomic_write(name, overwrite=overwrite) as handle:
-        handle.write(weights.getbuffer())
-    weights.seek(0)
-    link = ctx.artifact(os.path.basename(name), weights, "application/octet-stream")
+    link = save_and_link(ctx, root, name, weights, overwrite=overwrite)
     summary = {"model": name, "model_path": target, "epochs": epochs, "weights": link["uri"], **stats}
-    return _with_link(summary, link)
-
-
-def _with_link(summary: dict[str, Any], link: Mapping[str, object]) -> CallToolResult:
-    """The summary as structured content (and its JSON as text), the weights' link beside it."""
-    text = json.dumps(summary, separators=(",", ":"), ensure_ascii=False)
-    return CallToolResult.model_validate(
-        {"content": [{"type": "text", "text": text}, dict(link)], "structuredContent": summary}
-    )
+    return result_with_link(summary, link)
 
 
 def _fit(
