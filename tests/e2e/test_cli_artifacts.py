@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mcp_celery_tasks.client.saving import MAX_READ_BYTES
 from tests import support
 from tests.support import ROOT, Stack
 
@@ -93,6 +94,26 @@ def test_a_link_whose_size_is_not_its_bytes_fails_the_call_and_leaves_no_file(
     assert ran.stderr.strip().splitlines()[-1].startswith("completed in ")
     assert ran.stderr.strip().endswith(", not every artifact saved")
     assert list(out.iterdir()) == []
+
+
+@pytest.mark.timeout(300)
+def test_an_artifact_larger_than_one_read_is_saved_whole_from_ranged_reads(
+    cli_stack: Stack, tmp_path: Path
+) -> None:
+    client = cli_stack.client()
+    try:
+        templates = client.request("resources/templates/list", {}).result["resourceTemplates"]
+    finally:
+        client.close()
+    if not any(str(t["uriTemplate"]).startswith("mcp-tasks://artifacts/") for t in templates):
+        pytest.skip("this server reads no byte ranges of an artifact (no mcp-tasks://artifacts/ template)")
+    size = MAX_READ_BYTES * 2 + 12_345  # three 8 MiB parts and a short last one
+    ran = call(cli_stack, tmp_path, "publish_blob", "--arg", f"size={size}", "--arg", "name=big.bin",
+               "--save-artifacts", str(tmp_path / "out"), "--timeout", "120")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    digest = ran.stdout.strip().splitlines()[-1]
+    saved = (tmp_path / "out" / "big.bin").read_bytes()
+    assert len(saved) == size and hashlib.sha256(saved).hexdigest() == digest
 
 
 def test_save_artifacts_refuses_a_file_as_dir_before_calling(cli_stack: Stack, tmp_path: Path) -> None:
