@@ -87,11 +87,11 @@ def link_size(link: JSONObject) -> int | None:
 
 def safe_file_name(name: object, fallback: str = "artifact") -> str:
     """``name`` as one plain file name: its last path segment, unsafe characters as ``_``, no
-    leading dots or spaces (no hidden file, no ``..``), at most ``MAX_NAME_CHARS`` characters
-    (the extension kept); ``fallback`` when nothing is left."""
+    leading dots, spaces or dashes (no hidden file, no ``..``, no ``-rf``), at most
+    ``MAX_NAME_CHARS`` characters (the extension kept); ``fallback`` when nothing is left."""
     text = str(name) if isinstance(name, str) else ""
     text = re.split(r"[/\\]", text)[-1]
-    text = _UNSAFE.sub("_", text).lstrip(". ").rstrip(" ")
+    text = _UNSAFE.sub("_", text).lstrip(". -").rstrip(" ")
     if len(text) > MAX_NAME_CHARS:
         ext = text.rpartition(".")[2] if "." in text else ""
         keep = ext if 0 < len(ext) <= 16 else ""

@@ -170,9 +170,7 @@ def _describe(block: JSONObject) -> str:
         return f"[{kind} {block.get('mimeType', '')}, {size} bytes]"
     if kind == "resource_link":
         claimed = block.get("size")
-        sized = (
-            f" ({size_text(claimed)})" if isinstance(claimed, int) and not isinstance(claimed, bool) else ""
-        )
+        sized = f" ({size_text(claimed)})" if type(claimed) is int and claimed >= 0 else ""
         return f"[link] {block.get('name', '')}{sized} {block.get('uri', '')}".rstrip()
     if kind == "resource":
         resource = as_object(block.get("resource"))

@@ -102,7 +102,10 @@ def resource_templates() -> list[ResourceTemplate]:
 
 def find_fixed(uri: str) -> tuple[str, Content] | None:
     """The mime type and content of the fixed resource ``uri`` names (a registered uri first,
-    then the first template that makes it), or None."""
+    then the first template that makes it), or None; never for an artifact's uri, whatever a
+    template would make."""
+    if uri.startswith(ARTIFACT_URI_PREFIX):
+        return None
     resource = _RESOURCES.get(uri)
     if resource is not None:
         return resource.mime_type, resource.content

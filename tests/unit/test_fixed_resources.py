@@ -67,6 +67,9 @@ def test_a_fixed_resource_never_takes_an_artifact_uri() -> None:
     with pytest.raises(ValueError, match="artifacts"):
         add_template(ResourceTemplate("mcp-tasks://artifacts/{id}/y", "y", "text/plain", echo))
     assert fixed_resources() == [] and resource_templates() == []
+    add_template(ResourceTemplate("{scheme}://artifacts/{id}/{name}", "any", "text/plain", echo))
+    assert find_fixed("mcp-tasks://artifacts/abc/weights.bin") is None  # still the artifact's
+    assert find_fixed("other://artifacts/abc/weights.bin") is not None
 
 
 @pytest.mark.usefixtures("registry")

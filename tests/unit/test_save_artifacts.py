@@ -34,6 +34,8 @@ from mcp_celery_tasks.json_types import JSONObject
         (42, "artifact"),
         ("x/", "artifact"),
         (" . ", "artifact"),
+        ("-rf", "rf"),
+        ("--help.txt", "help.txt"),
     ],
 )
 def test_a_hostile_name_becomes_one_plain_file_name(name: object, safe: str) -> None:
