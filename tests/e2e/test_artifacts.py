@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,9 @@ import pytest
 from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks.errors import RESOURCE_NOT_FOUND
+from mcp_celery_tasks.maintenance import gc
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store import WorkerStore
 from tests import support
 from tests.e2e.test_principals import _LegacySession
 from tests.support import Client, Stack
@@ -150,3 +154,37 @@ def test_the_range_template_is_listed_and_a_forged_cursor_is_refused(alice: Clie
     assert template["name"] == "artifact-range" and "16777216" in template["description"]
     refused = alice.request("resources/list", {"cursor": "not-a-cursor"}).error
     assert refused["code"] == codes.INVALID_PARAMS and refused["message"] == "Invalid cursor"
+
+
+@pytest.mark.timeout(120)
+def test_after_the_tasks_retention_its_link_is_not_found_and_its_bytes_are_gone(
+    alice: Client, art_stack: Stack
+) -> None:
+    """The collector deletes the expired task and, with it, the artifact row and its chunks."""
+    (link,) = published(alice, "publish_brief", {})
+    artifact_id = link["uri"].split("/")[-2]
+    assert "blob" in read(alice, link["uri"]).result["contents"][0]
+
+    def stored() -> tuple[int, int]:
+        with art_stack.db() as conn:
+            row = conn.execute(
+                "SELECT (SELECT count(*) FROM mcp_task_artifacts WHERE artifact_id = %s),"
+                " (SELECT count(*) FROM mcp_task_artifact_chunks WHERE artifact_id = %s)",
+                (artifact_id, artifact_id),
+            ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    assert stored() == (1, 3)  # 2 MiB + 5 bytes: three 1 MiB chunks
+    time.sleep(2.5)  # past the tool's 2 s retention
+    store = WorkerStore(Settings(database_url=art_stack.database_url))
+    try:
+        gc.collect_garbage(store)  # (or the stack's own collector, if it ran first)
+    finally:
+        store.close()
+    assert stored() == (0, 0)
+    assert read(alice, link["uri"]).error == {
+        "code": codes.INVALID_PARAMS,
+        "message": "Resource not found",
+        "data": {"uri": link["uri"]},
+    }
