@@ -7,7 +7,11 @@ answers the questions and waits for every task to end. The verdict comes from th
 from the records the bodies left outside the database (``net_tools``, ``tools``):
 
 - lost: a task a client was handed that did not complete (or completed with an error);
-- doubles: a task whose body ran to its end more than once;
+- doubles: a task whose body ran to its end more than once, except a *rerun*: where a worker
+  was cut off from Postgres past its lease, a small job it had just claimed may end there, its
+  outcome unwritable; the takeover runs it again and records its own outcome (at least once,
+  one outcome). A rerun is told apart by the run id the recorded result carries (``f_count``)
+  and the earlier end's mark, made before the heal;
 - overlaps: a task two of whose bodies did work at once (beats of one run inside another's span);
 - attempts burned: claims beyond the first, summed over the tasks;
 - recovery: from the heal until every task handed out is terminal.
@@ -16,6 +20,7 @@ from the records the bodies left outside the database (``net_tools``, ``tools``)
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +50,7 @@ class Result:
     tasks: int = 0
     lost: list[str] = field(default_factory=list)
     doubles: list[str] = field(default_factory=list)
+    reruns: list[str] = field(default_factory=list)
     overlaps: list[str] = field(default_factory=list)
     attempts_burned: int = 0
     recovery_s: float = 0.0
@@ -58,14 +64,16 @@ class Result:
         return (
             f"| {self.name} | {self.cut_s:g} | {self.target} ({self.on_target} bodies) | {self.tasks} | "
             f"{len(self.lost)} | {len(self.doubles)} | {len(self.overlaps)} | {self.attempts_burned} | "
-            f"{self.recovery_s:.1f} | {self.notes}{self._ran_on()} |"
+            f"{self.recovery_s:.1f} | {self._notes()} |"
         )
 
-    def _ran_on(self) -> str:
-        if not self.overlaps:
-            return ""
-        stopped = f"cut-off body stopped {self.ran_on_after_heal_s:.1f} s after the heal"
-        return f"; {stopped}" if self.notes else stopped
+    def _notes(self) -> str:
+        said = [self.notes] if self.notes else []
+        if self.reruns:
+            said.append(f"{len(self.reruns)} finished cut off, outcome unwritable, run again")
+        if self.overlaps:
+            said.append(f"cut-off body stopped {self.ran_on_after_heal_s:.1f} s after the heal")
+        return "; ".join(said)
 
 
 HEADER = (
@@ -102,6 +110,15 @@ def overlapped(stack: FaultStack, task_id: str, beating: bool) -> float | None:
 def ends(run_dir: Path, task_id: str) -> int:
     folder = run_dir / task_id
     return len(list(folder.glob("end.*"))) if folder.exists() else 0
+
+
+def rerun_after_a_cut(run_dir: Path, task_id: str, recorded: object, healed_at: float) -> bool:
+    """Whether a body that ran to its end twice is a rerun: the recorded result is the last
+    run's (its run id, ``f_count``), and every earlier run ended before the heal."""
+    marks = sorted((run_dir / task_id).glob("end.*"), key=lambda path: path.stat().st_mtime)
+    last_run = marks[-1].name.split(".")[-1]
+    earlier_cut_off = all(path.stat().st_mtime < healed_at for path in marks[:-1])
+    return earlier_cut_off and last_run in json.dumps(recorded)
 
 
 def _create(client: FaultClient, tool: str, arguments: dict[str, object]) -> str:
@@ -215,7 +232,11 @@ def run_scenario(
             )
         if ends(stack.run_dir, task_id) > 1:
             marks = sorted(path.name for path in (stack.run_dir / task_id).iterdir())
-            result.doubles.append(f"{task_id[:8]} {row['tool_name']} attempts={row['attempts']} {marks}")
+            said = f"{task_id[:8]} {row['tool_name']} attempts={row['attempts']} {marks}"
+            rerun = cuts_off_past_the_lease and rerun_after_a_cut(
+                stack.run_dir, task_id, row["result"], result.healed_at
+            )
+            (result.reruns if rerun else result.doubles).append(said)
         if task_id in beating + asking:
             last = overlapped(stack, task_id, task_id in beating)
             if last is not None:
