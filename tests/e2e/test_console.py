@@ -1,0 +1,317 @@
+"""The admins' web console on a live stack (API + prefork worker, real Postgres and Redis),
+used through Debian's Chromium driven by Playwright, and through plain HTTP for what a browser
+would not send (a POST without its CSRF token, a tool caller's bearer token).
+
+Playwright drives ``/usr/bin/chromium`` itself (``executable_path``): no browser download.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import support
+from tests.support import Client, wait_until
+
+CHROMIUM = "/usr/bin/chromium"
+ADMIN_TOKEN = "console-admin-token-" + "x" * 20
+ALICE_TOKEN = "alice-tool-token"
+XSS_TOKEN = "xss-tool-token"
+PAYLOAD = "<img src=x id=pwned onerror=alert(1)><script>alert(2)</script>\x1b]0;owned\x07"
+XSS_NAME = "<b id=pwned-name>mallory</b>"
+SHOWN = "<img src=x id=pwned onerror=alert(1)><script>alert(2)</script>"
+"""What the page shows of PAYLOAD: the markup as text, the terminal escape dropped."""
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def console(template_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    name = f"mcpt_console_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    dsn = support.create_database(name, template=template_db)
+    suffix = f"c{uuid.uuid4().hex[:6]}"
+    env = support.stack_env(
+        dsn,
+        support.REDIS_URL,
+        suffix,
+        MCP_TASKS_TOOL_MODULES='["tests.fixtures.conformance", "tests.fixtures.console"]',
+        MCP_TASKS_CONSOLE_ENABLED="true",
+        MCP_TASKS_CONSOLE_ADMIN_TOKENS=json.dumps({"ops": hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()}),
+        MCP_TASKS_AUTH_TOKENS=json.dumps({"alice": ALICE_TOKEN, XSS_NAME: XSS_TOKEN}),
+    )
+    worker = support.start_worker("console-worker", env)
+    api: support.Proc | None = None
+    try:
+        api, url = support.start_api("console-api", env)
+        alice = Client(url, token=ALICE_TOKEN)
+        wait_until(
+            lambda: alice.call_tool("greet", {"name": "ready"}, extension=False).status == 200,
+            60,
+            0.2,
+            what="the worker to run a job",
+        )
+        yield {
+            "url": url,
+            "base": url.removesuffix("/mcp"),
+            "dsn": dsn,
+            "alice": alice,
+            "mallory": Client(url, token=XSS_TOKEN),
+            "gates": tmp_path_factory.mktemp("gates"),
+        }
+        alice.close()
+    finally:
+        if api is not None:
+            api.stop()
+        worker.stop(signal.SIGQUIT, timeout=20)
+        support.drop_database(name)
+
+
+def _job_of(console: dict[str, Any], task_id: str) -> str:
+    import psycopg
+
+    with psycopg.connect(console["dsn"]) as conn:
+        row = conn.execute("SELECT job_id FROM mcp_tasks WHERE task_id = %s", (task_id,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _row(console: dict[str, Any], job_id: str) -> dict[str, Any]:
+    import psycopg
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(console["dsn"], row_factory=dict_row) as conn:
+        row = conn.execute("SELECT * FROM mcp_tasks WHERE job_id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return row
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("no /usr/bin/chromium (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any, console: dict[str, Any]) -> Iterator[Any]:
+    """A signed-in admin's tab; every dialog (an ``alert`` an injection would open) is recorded."""
+    context = browser.new_context(base_url=console["base"])
+    tab = context.new_page()
+    tab.dialogs = []
+    tab.on("dialog", lambda dialog: (tab.dialogs.append(dialog.message), dialog.dismiss()))
+    tab.goto("/console/tasks")
+    assert tab.url.endswith("/console/login?next=/console/tasks")
+    tab.fill("input[name=token]", ADMIN_TOKEN)
+    tab.click("button[type=submit]")
+    tab.wait_for_url("**/console/tasks")
+    yield tab
+    assert tab.dialogs == []
+    context.close()
+
+
+def _admin_http(console: dict[str, Any]) -> httpx.Client:
+    """A signed-in admin's session over plain HTTP (its cookie), and the page's CSRF token."""
+    http = httpx.Client(base_url=console["base"], timeout=30)
+    form = http.get("/console/login")
+    nonce = re.search(r'name="csrf" value="([^"]+)"', form.text)
+    assert nonce is not None
+    signed = http.post(
+        "/console/login", data={"csrf": nonce.group(1), "token": ADMIN_TOKEN, "next": "/console/"}
+    )
+    assert signed.status_code == 303, signed.text
+    return http
+
+
+def _csrf(http: httpx.Client, path: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', http.get(path).text)
+    assert found is not None
+    return found.group(1)
+
+
+# ---- security --------------------------------------------------------------------------------
+
+
+def test_console_pages_carry_a_strict_policy_and_need_an_admin(console: dict[str, Any]) -> None:
+    anonymous = httpx.get(console["base"] + "/console/tasks", timeout=10)
+    assert anonymous.status_code == 303 and anonymous.headers["location"].startswith("/console/login")
+    page = httpx.get(console["base"] + "/console/login", timeout=10)
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'self'" in policy and "script-src 'self'" in policy and "unsafe-inline" not in policy
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "<script>" not in page.text and 'src="/console/static/console.js"' in page.text
+    cookie = page.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie
+
+
+def test_a_tool_callers_token_is_refused_by_the_console(console: dict[str, Any]) -> None:
+    task_id = console["alice"].start("con_hold", {"text": "held", "gate": str(console["gates"] / "never")})
+    job = _job_of(console, task_id)
+    http = httpx.Client(base_url=console["base"], timeout=30)
+    for path in (f"/console/tasks/{job}", "/console/"):
+        refused = http.get(path, headers={"Authorization": f"Bearer {ALICE_TOKEN}"})
+        assert refused.status_code == 403, refused.text
+        assert "held" not in refused.text
+    cancel = http.post(f"/console/tasks/{job}/cancel", headers={"Authorization": f"Bearer {ALICE_TOKEN}"})
+    assert cancel.status_code == 403
+    # On the login form too: a tool caller's token is recognised and refused, not taken for an admin's.
+    form = http.get("/console/login")
+    nonce = re.search(r'name="csrf" value="([^"]+)"', form.text)
+    assert nonce is not None
+    login = http.post("/console/login", data={"csrf": nonce.group(1), "token": ALICE_TOKEN})
+    assert login.status_code == 403 and "calls tools" in login.text
+    assert "mcp_console=" not in login.headers.get("set-cookie", "")
+    assert _row(console, job)["status"] == "working"
+    console["alice"].cancel(task_id)
+
+
+def test_a_post_without_the_csrf_token_changes_nothing(console: dict[str, Any]) -> None:
+    task_id = console["alice"].start("con_hold", {"text": "held", "gate": str(console["gates"] / "never")})
+    job = _job_of(console, task_id)
+    http = _admin_http(console)
+    for data in ({}, {"csrf": "forged"}):
+        refused = http.post(f"/console/tasks/{job}/cancel", data=data)
+        assert refused.status_code == 403, refused.text
+    assert _row(console, job)["status"] == "working"
+    # The same admin with the page's token: done.
+    done = http.post(f"/console/tasks/{job}/cancel", data={"csrf": _csrf(http, f"/console/tasks/{job}")})
+    assert done.status_code == 303
+    assert _row(console, job)["status"] == "cancelled"
+    http.close()
+
+
+def test_the_task_id_never_reaches_a_page(console: dict[str, Any]) -> None:
+    task_id = console["alice"].start("con_hold", {"text": "quiet"})
+    job = _job_of(console, task_id)
+    console["alice"].wait_status(task_id)
+    http = _admin_http(console)
+    for path in ("/console/", "/console/tasks", f"/console/tasks/{job}", "/console/audit"):
+        shown = http.get(path)
+        assert shown.status_code == 200
+        assert task_id not in shown.text
+    assert job in http.get("/console/tasks").text
+    http.close()
+
+
+# ---- the list ----------------------------------------------------------------------------------
+
+
+def test_the_list_pages_by_keyset_and_keeps_its_filter_in_the_url(console: dict[str, Any]) -> None:
+    label = uuid.uuid4().hex[:8]
+    ids = [console["alice"].start("con_hold", {"text": f"{label}-{n}"}) for n in range(5)]
+    jobs = [_job_of(console, task_id) for task_id in ids]
+    http = _admin_http(console)
+    seen: list[str] = []
+    path: str | None = "/console/tasks?tool=con_hold&owner=token:alice&limit=2"
+    while path is not None and len(seen) < 50:
+        shown = http.get(path)
+        assert shown.status_code == 200
+        seen += re.findall(r'<tr data-job="([^"]+)">', shown.text)
+        older = re.search(r'id="older" href="([^"]+)"', shown.text)
+        path = older.group(1).replace("&amp;", "&") if older else None
+    assert len(seen) == len(set(seen))  # no row twice across pages
+    ordered = [job for job in seen if job in jobs]
+    assert ordered == list(reversed(jobs))  # newest first, every one of them
+    bad = http.get("/console/tasks?status=nonsense")
+    assert bad.status_code == 400
+    http.close()
+
+
+# ---- in the browser --------------------------------------------------------------------------
+
+
+def test_an_admin_filters_opens_a_task_and_watches_it_complete(page: Any, console: dict[str, Any]) -> None:
+    gate = console["gates"] / f"gate-{uuid.uuid4().hex[:6]}"
+    label = f"watch-{uuid.uuid4().hex[:6]}"
+    task_id = console["alice"].start("con_hold", {"text": label, "gate": str(gate)})
+    job = _job_of(console, task_id)
+    wait_until(lambda: _row(console, job)["started_at"] is not None, 30, 0.05, what="the job to start")
+    page.fill("input[name=tool]", "con_hold")
+    page.select_option("select[name=status]", "working")
+    page.click("#filters button[type=submit]")
+    page.wait_for_url(re.compile(r".*/console/tasks\?status=working&tool=con_hold.*"))
+    page.click(f'tr[data-job="{job}"] a')
+    page.wait_for_url(f"**/console/tasks/{job}")
+    assert page.inner_text("#status") == "working"
+    expect = pytest.importorskip("playwright.sync_api").expect
+    expect(page.locator("#message")).to_contain_text(label)
+    page.evaluate("window.notReloaded = true")
+    gate.touch()
+    # Within a second of the job's end (the hub's NOTIFY), as the page stays where it is.
+    expect(page.locator("#status")).to_have_text("completed", timeout=5_000)
+    assert page.evaluate("window.notReloaded") is True
+    assert label in page.inner_text("#result")
+    assert "finished" in page.inner_text("#timeline")
+
+
+def test_an_admin_cancels_a_task_and_sees_the_audit_row(page: Any, console: dict[str, Any]) -> None:
+    task_id = console["alice"].start(
+        "con_hold", {"text": "to cancel", "gate": str(console["gates"] / "never")}
+    )
+    job = _job_of(console, task_id)
+    wait_until(lambda: _row(console, job)["started_at"] is not None, 30, 0.05, what="the job to start")
+    page.goto(f"/console/tasks/{job}")
+    page.fill("#cancel input[name=reason]", "runaway job")
+    page.click("#cancel button[type=submit]")
+    page.wait_for_url(f"**/console/tasks/{job}")
+    # Cancelled at once; the worker stops at its next checkpoint (cooperatively), and the live page
+    # shows it: stopping, then cancelled once the job has finished.
+    expect = pytest.importorskip("playwright.sync_api").expect
+    expect(page.locator("#status")).to_have_text("cancelled", timeout=15_000)
+    row = _row(console, job)
+    assert row["cancel_requested_at"] is not None and row["finished_at"] is not None
+    assert "runaway job" in row["status_message"] and "admin:ops" in row["status_message"]
+    page.goto("/console/audit")
+    first = page.locator("#actions tbody tr").first
+    cells = first.locator("td").all_inner_texts()
+    assert cells[1:5] == ["admin:ops", "cancel", job, "1"]
+    assert "runaway job" in cells[5]
+
+
+def test_payloads_in_arguments_results_messages_and_principals_render_inert(
+    page: Any, console: dict[str, Any]
+) -> None:
+    held = console["mallory"].start("con_hold", {"text": PAYLOAD})
+    failed = console["mallory"].start("con_fail", {"text": PAYLOAD})
+    console["mallory"].wait_status(held)
+    console["mallory"].wait_status(failed)
+    page.goto("/console/tasks?" + httpx.QueryParams({"owner": f"token:{XSS_NAME}"}).__str__())
+    assert page.locator("#tasks tbody tr[data-job]").count() == 2
+    assert XSS_NAME in page.inner_text("#tasks")
+    for task_id in (held, failed):
+        page.goto(f"/console/tasks/{_job_of(console, task_id)}")
+        page.wait_for_load_state("networkidle")
+        assert SHOWN in page.inner_text("#arguments")
+        assert XSS_NAME in page.inner_text("#owner")
+        body = page.inner_text("main")
+        assert SHOWN in body and "\x1b" not in body
+        assert page.locator("#pwned, #pwned-name, main script").count() == 0
+    page.goto(f"/console/tasks/{_job_of(console, held)}")
+    assert SHOWN in page.inner_text("#result")
+    # A status message shows while the task runs (the result replaces it).
+    running = console["mallory"].start("con_hold", {"text": PAYLOAD, "gate": str(console["gates"] / "never")})
+    job = _job_of(console, running)
+    wait_until(lambda: _row(console, job)["status_message"] == PAYLOAD, 30, 0.05, what="the report")
+    page.goto(f"/console/tasks/{job}")
+    assert SHOWN in page.inner_text("#message")
+    console["mallory"].cancel(running)
+    page.goto(f"/console/tasks/{_job_of(console, failed)}")
+    assert SHOWN in page.inner_text("#error-body")
+    page.goto("/console/")
+    for tab in ("/console/", f"/console/tasks?owner=token:{XSS_NAME}"):
+        page.goto(tab)
+        assert page.locator("#pwned, #pwned-name, main script").count() == 0
+    assert page.dialogs == []
