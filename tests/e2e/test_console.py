@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -250,8 +251,10 @@ def test_an_admin_filters_opens_a_task_and_watches_it_complete(page: Any, consol
     expect(page.locator("#message")).to_contain_text(label)
     page.evaluate("window.notReloaded = true")
     gate.touch()
-    # Within a second of the job's end (the hub's NOTIFY), as the page stays where it is.
+    started = time.monotonic()
+    # The job's end reaches the open page through the hub's NOTIFY and the page's stream.
     expect(page.locator("#status")).to_have_text("completed", timeout=5_000)
+    print(f"gate to 'completed' on the page: {time.monotonic() - started:.3f} s")
     assert page.evaluate("window.notReloaded") is True
     assert label in page.inner_text("#result")
     assert "finished" in page.inner_text("#timeline")
@@ -315,3 +318,52 @@ def test_payloads_in_arguments_results_messages_and_principals_render_inert(
         page.goto(tab)
         assert page.locator("#pwned, #pwned-name, main script").count() == 0
     assert page.dialogs == []
+
+
+def test_the_overview_shows_work_per_queue_and_principal_and_the_last_hours_failures(
+    page: Any, console: dict[str, Any]
+) -> None:
+    held = console["alice"].start("con_hold", {"text": "overview", "gate": str(console["gates"] / "never")})
+    failed = console["alice"].start("con_fail", {"text": "broken on purpose"})
+    console["alice"].wait_status(failed)
+    wait_until(
+        lambda: _row(console, _job_of(console, held))["started_at"] is not None, 30, 0.05, what="a start"
+    )
+    page.goto("/console/")
+    alice = page.locator("#principals tbody tr", has_text="token:alice")
+    assert int(alice.locator("td").nth(4).inner_text()) >= 1  # running
+    queue = page.locator("#queues tbody tr", has_text="con_hold")
+    assert int(queue.locator("td").nth(4).inner_text()) >= 1
+    failures = page.locator("#failures tbody tr", has_text="con_fail")
+    assert int(failures.locator("td").nth(1).inner_text()) >= 1
+    assert page.locator("#recent li", has_text=_job_of(console, failed)).count() == 1
+    console["alice"].cancel(held)
+
+
+def test_every_page_has_a_screenshot(page: Any, console: dict[str, Any], tmp_path: Path) -> None:
+    """The README's pictures (``scripts/console-screenshots`` writes them into docs/console/)."""
+    folder = Path(os.environ.get("MCP_TASKS_TEST_CONSOLE_SCREENSHOTS", tmp_path))
+    folder.mkdir(parents=True, exist_ok=True)
+    alice = console["alice"]
+    gate = console["gates"] / f"shot-{uuid.uuid4().hex[:6]}"
+    running = alice.start("con_hold", {"text": "epoch 3 of 8: loss 0.231", "gate": str(gate)})
+    alice.start("con_fail", {"text": "CUDA out of memory (on purpose)"})
+    wait_until(
+        lambda: _row(console, _job_of(console, running))["started_at"] is not None, 30, 0.05, what="a start"
+    )
+    page.set_viewport_size({"width": 1280, "height": 900})
+    shots = {
+        "overview.png": "/console/",
+        "tasks.png": "/console/tasks?owner=token:alice",
+        "task.png": f"/console/tasks/{_job_of(console, running)}",
+        "audit.png": "/console/audit",
+    }
+    for name, path in shots.items():
+        page.goto(path)
+        page.wait_for_load_state("domcontentloaded")
+        page.screenshot(path=str(folder / name), full_page=True)
+        assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page.context.clear_cookies()
+    page.goto("/console/login")
+    page.screenshot(path=str(folder / "login.png"))
+    gate.touch()

@@ -122,3 +122,14 @@ def test_untrusted_text_renders_as_text() -> None:
     page = render("refused.html", message=payload, prefix="/console")
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "\x1b" not in shown({"text": payload}) and "\u202e" not in shown({"text": payload})
+
+
+def test_the_console_is_served_only_when_enabled() -> None:
+    from mcp_celery_tasks.api.server import create_server
+
+    def paths(settings: Settings) -> set[str]:
+        return {str(getattr(route, "path", "")) for route in create_server(settings).router.routes}
+
+    assert not any(path.startswith("/console") for path in paths(Settings()))
+    enabled = paths(Settings(console_enabled=True))
+    assert {"/console/", "/console/tasks", "/console/tasks/{job_id}/cancel", "/console/audit"} <= enabled
