@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -89,6 +90,7 @@ class Keys:
 
 class Sessions:
     def __init__(self, settings: Settings, is_tool_caller: ToolCaller) -> None:
+        _check(settings)
         self.settings = settings
         self.is_tool_caller = is_tool_caller
         self.keys = Keys(settings)
@@ -155,6 +157,21 @@ class Sessions:
     def check_login_nonce(cookie: str | None, presented: str | None) -> None:
         if not cookie or not presented or not hmac.compare_digest(cookie, presented):
             raise Refused(403, "the form's CSRF token is missing or wrong; reload the page")
+
+
+def _check(settings: Settings) -> None:
+    """Refuse, at start, an admin entry that is not a SHA-256 hash (a token pasted in plain text
+    would sit in the environment, and never match)."""
+    for name, digest in settings.console_admin_tokens.items():
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", digest.strip()):
+            raise ValueError(
+                f"MCP_TASKS_CONSOLE_ADMIN_TOKENS[{name!r}] must be the SHA-256 hex digest of the admin's "
+                "token (64 hex digits), never the token itself"
+            )
+    if not settings.console_admin_tokens:
+        logger.warning(
+            "the console is enabled but MCP_TASKS_CONSOLE_ADMIN_TOKENS is empty: nobody can sign in"
+        )
 
 
 def _b64(data: bytes) -> str:

@@ -22,6 +22,8 @@ from mcp_celery_tasks.store import admin_queries, console_queries, limit_queries
 __all__ = ["ConsoleReads", "TaskDetail", "TaskFilter", "TaskPage"]
 
 Row = Mapping[str, object]
+WHOLE_JOB_ID = 36
+"""A job id is a UUID's 36 characters: a filter that long looks it up instead of scanning."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +48,8 @@ class TaskFilter:
         for name in ("tool", "owner", "queue", "since", "until", "job"):
             value = getattr(self, name)
             if value is not None:
-                conditions.append(console_queries.FIELD_FILTERS[name])
+                whole = name == "job" and len(value) >= WHOLE_JOB_ID
+                conditions.append(console_queries.FIELD_FILTERS["job_exact" if whole else name])
                 params[name] = value
         if self.before is not None:
             conditions.append(console_queries.FIELD_FILTERS["before"])

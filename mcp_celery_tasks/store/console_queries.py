@@ -39,7 +39,10 @@ FIELD_FILTERS: Final[dict[str, LiteralString]] = {
     "queue": "t.queue = %(queue)s",
     "since": "t.created_at >= %(since)s",
     "until": "t.created_at < %(until)s",
+    # A whole job id is one probe of its unique index; a shorter prefix scans (no btree serves a
+    # prefix under a non-C collation), which the list's LIMIT keeps to what it must read.
     "job": "starts_with(t.job_id, %(job)s)",
+    "job_exact": "t.job_id = %(job)s",
     # The keyset cursor: rows strictly after the last one shown (ix_mcp_tasks_created_at_job_id).
     "before": "(t.created_at, t.job_id) < (%(before_at)s, %(before_job)s)",
 }

@@ -194,6 +194,16 @@ def test_a_post_without_the_csrf_token_changes_nothing(console: dict[str, Any]) 
     http.close()
 
 
+def test_a_script_with_the_admin_token_needs_no_cookie(console: dict[str, Any]) -> None:
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    listed = httpx.get(console["base"] + "/console/tasks", headers=headers, timeout=30)
+    assert listed.status_code == 200 and 'id="tasks"' in listed.text
+    wrong = httpx.get(
+        console["base"] + "/console/tasks", headers={"Authorization": "Bearer nope"}, timeout=30
+    )
+    assert wrong.status_code == 401
+
+
 def test_the_task_id_never_reaches_a_page(console: dict[str, Any]) -> None:
     task_id = console["alice"].start("con_hold", {"text": "quiet"})
     job = _job_of(console, task_id)
@@ -226,6 +236,8 @@ def test_the_list_pages_by_keyset_and_keeps_its_filter_in_the_url(console: dict[
     assert len(seen) == len(set(seen))  # no row twice across pages
     ordered = [job for job in seen if job in jobs]
     assert ordered == list(reversed(jobs))  # newest first, every one of them
+    whole = http.get(f"/console/tasks?job={jobs[2]}")
+    assert re.findall(r'<tr data-job="([^"]+)">', whole.text) == [jobs[2]]
     bad = http.get("/console/tasks?status=nonsense")
     assert bad.status_code == 400
     http.close()

@@ -57,7 +57,9 @@ def test_a_forged_or_altered_session_cookie_is_refused() -> None:
             sessions.admin(bad)
         assert refused.value.status == 401
     # Another deployment's key signs nothing here.
-    other = Sessions(Settings(console_admin_tokens={"ops": "x"}, secret_keys=["b" * 43]), lambda t: False)
+    other = Sessions(
+        Settings(console_admin_tokens={"ops": "0" * 64}, secret_keys=["b" * 43]), lambda t: False
+    )
     with pytest.raises(Refused):
         sessions.admin(other.issue("ops"))
 
@@ -133,3 +135,8 @@ def test_the_console_is_served_only_when_enabled() -> None:
     assert not any(path.startswith("/console") for path in paths(Settings()))
     enabled = paths(Settings(console_enabled=True))
     assert {"/console/", "/console/tasks", "/console/tasks/{job_id}/cancel", "/console/audit"} <= enabled
+
+
+def test_an_admin_entry_that_is_not_a_hash_stops_the_start() -> None:
+    with pytest.raises(ValueError, match="SHA-256"):
+        Sessions(Settings(console_admin_tokens={"ops": TOKEN}), lambda token: False)
