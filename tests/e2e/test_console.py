@@ -379,3 +379,79 @@ def test_every_page_has_a_screenshot(page: Any, console: dict[str, Any], tmp_pat
     page.goto("/console/login")
     page.screenshot(path=str(folder / "login.png"))
     gate.touch()
+
+
+def _commits(dsn: str) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+STATS_FLUSH_S = 11.0
+"""A backend reports its transaction counts when it goes idle, at most once a second, and an idle
+one within 10 s (PostgreSQL's PGSTAT_IDLE_INTERVAL): counts of a burst show up to that late."""
+
+
+def _transactions_in(dsn: str, seconds: float) -> int:
+    """Transactions the database ran in ``seconds``, after the last burst's counts have arrived."""
+    time.sleep(STATS_FLUSH_S)  # no event tells when another backend's counts are in
+    before = _commits(dsn)
+    time.sleep(seconds)
+    return _commits(dsn) - before
+
+
+@pytest.mark.timeout(180)
+def test_open_live_pages_cost_no_query_of_their_own_while_nothing_changes(console: dict[str, Any]) -> None:
+    import asyncio
+
+    never = str(console["gates"] / "never")
+    jobs = [
+        _job_of(console, console["alice"].start("con_hold", {"text": f"idle {n}", "gate": never}))
+        for n in range(20)
+    ]
+
+    # The worker runs two at a time: the others wait in the backlog, watched all the same.
+    def started() -> bool:
+        return sum(_row(console, job)["started_at"] is not None for job in jobs) == 2
+
+    wait_until(started, 30, 0.05, what="two jobs to start")
+    measured: list[int] = []
+
+    async def watch() -> None:
+        opened: asyncio.Queue[str] = asyncio.Queue()
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        async with httpx.AsyncClient(base_url=console["base"], headers=headers, timeout=60) as http:
+
+            async def follow(job: str) -> None:
+                async with http.stream("GET", f"/console/tasks/{job}/live") as stream:
+                    assert stream.status_code == 200
+                    async for line in stream.aiter_lines():
+                        if line.startswith("event: state"):
+                            opened.put_nowait(job)
+
+            followers = [asyncio.create_task(follow(job)) for job in jobs]
+            for _ in jobs:  # every stream has its first state
+                await asyncio.wait_for(opened.get(), 30)
+            measured.append(await asyncio.to_thread(_transactions_in, console["dsn"], 5.0))
+            for follower in followers:
+                follower.cancel()
+            await asyncio.gather(*followers, return_exceptions=True)
+
+    asyncio.run(watch())
+    idle = _transactions_in(console["dsn"], 5.0)  # the same stack with no page open
+    # 20 pages reading their rows 4 times a second would add 400 transactions in 5 s; the hub's one
+    # batched re-read of every watched task adds about 20, however many pages are open.
+    print(f"transactions in 5 s: {measured[0]} with 20 live pages open, {idle} with none")
+    assert measured[0] - idle < 100, (measured[0], idle)
+    for job in jobs:
+        console["alice"].cancel(_task_of(console, job))
+
+
+def _task_of(console: dict[str, Any], job_id: str) -> str:
+    return str(_row(console, job_id)["task_id"])
