@@ -18,6 +18,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 from starlette.routing import Route
 
 from mcp_celery_tasks.console import listing, live
+from mcp_celery_tasks.console.limits import FIELDS, parse_limits
 from mcp_celery_tasks.console.render import render
 from mcp_celery_tasks.console.security import (
     HEADERS,
@@ -31,8 +32,10 @@ from mcp_celery_tasks.console.security import (
 )
 from mcp_celery_tasks.console.views import task_view
 from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.json_types import JSONValue
 from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store.console_calls import NotPermitted
 
 __all__ = ["PREFIX", "console_routes"]
 
@@ -109,6 +112,8 @@ class Console:
                 return await handler(request, admin)
             except Refused as refused:
                 return _refusal(refused)
+            except NotPermitted as denied:
+                return _refusal(Refused(403, str(denied)))
             except InfrastructureError:
                 return _refusal(Refused(503, "the task database is unavailable; try again shortly"))
 
@@ -220,6 +225,22 @@ class Console:
         logger.info("console: %s cancelled job %s (%d changed)", admin.actor, job_id, affected)
         return RedirectResponse(f"{PREFIX}/tasks/{quote(job_id)}", 303, headers=HEADERS)
 
+    async def limits(self, request: Request, admin: Admin) -> Response:
+        rows = await self.services_of(request).store.principal_limits()
+        fields = {name: label for name, (label, _, _) in FIELDS.items()}
+        return _html(render("limits.html", prefix=PREFIX, admin=admin, rows=rows, fields=fields))
+
+    async def set_limits(self, request: Request, admin: Admin) -> Response:
+        principal, limits = parse_limits(request.state.form)
+        store = self.services_of(request).store
+        await store.console_set_limits(principal, admin.actor, limits)
+        detail: dict[str, JSONValue] = {
+            name: value for name, value in limits.items() if isinstance(value, int | float | str)
+        }
+        await store.record_console_action(admin.actor, "set limits", f"principal {principal}", 1, detail)
+        logger.info("console: %s changed the limits of %s: %s", admin.actor, principal, sorted(limits))
+        return RedirectResponse(f"{PREFIX}/limits", 303, headers=HEADERS)
+
     async def audit(self, request: Request, admin: Admin) -> Response:
         actions, limits = await self.services_of(request).store.console_audit()
         return _html(render("audit.html", prefix=PREFIX, admin=admin, actions=actions, limits=limits))
@@ -253,6 +274,8 @@ def console_routes(settings: Settings, is_tool_caller: ToolCaller, services_of: 
         Route(f"{PREFIX}/tasks/{{job_id}}", console.page(console.task), methods=["GET"]),
         Route(f"{PREFIX}/tasks/{{job_id}}/live", console.page(console.task_live), methods=["GET"]),
         Route(f"{PREFIX}/tasks/{{job_id}}/cancel", console.action(console.cancel), methods=["POST"]),
+        Route(f"{PREFIX}/limits", console.page(console.limits), methods=["GET"]),
+        Route(f"{PREFIX}/limits", console.action(console.set_limits), methods=["POST"]),
         Route(f"{PREFIX}/audit", console.page(console.audit), methods=["GET"]),
         Route(f"{PREFIX}/static/{{name}}", console.static, methods=["GET"]),
     ]

@@ -14,14 +14,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import LiteralString
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from mcp_celery_tasks.json_types import JSONObject
 from mcp_celery_tasks.store import admin_queries, console_queries, limit_queries, step_queries
+from mcp_celery_tasks.store.limit_calls import PRINCIPAL_FIELDS
 
-__all__ = ["ConsoleReads", "TaskDetail", "TaskFilter", "TaskPage"]
+__all__ = ["ConsoleReads", "NotPermitted", "TaskDetail", "TaskFilter", "TaskPage"]
 
 Row = Mapping[str, object]
+
+
+class NotPermitted(Exception):
+    """The API's database role may not make this change (``roles``: only the admin role writes
+    limits). The message is for the admin."""
+
+
 WHOLE_JOB_ID = 36
 """A job id is a UUID's 36 characters: a filter that long looks it up instead of scanning."""
 
@@ -120,6 +129,23 @@ class ConsoleReads:
             "detail": Jsonb(detail) if detail is not None else None,
         }
         await self._fetch(console_queries.RECORD_ACTION, params)
+
+    async def console_set_limits(self, principal: str, actor: str, limits: Mapping[str, object]) -> None:
+        """Override some of a principal's limits (None leaves one as it was), each changed field
+        audited in ``mcp_limit_changes`` by the same statement (``limit_queries``, as ``tasks limits
+        set`` does)."""
+        params = {
+            "principal": principal,
+            "actor": actor,
+            **{name: limits.get(name) for name in PRINCIPAL_FIELDS},
+        }
+        try:
+            await self._fetch(limit_queries.SET_PRINCIPAL_LIMITS, params)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise NotPermitted(
+                "the API's database role may not change limits (mcp_tasks_api reads them only); "
+                "an admin changes them with `mcp-celery-tasks tasks limits set`"
+            ) from exc
 
     async def console_audit(self, limit: int = 100) -> tuple[list[Row], list[Row]]:
         """The latest console actions and limit changes (``tasks limits``), newest first."""

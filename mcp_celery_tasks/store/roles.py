@@ -53,7 +53,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_artifact_chunks": _READ,
         "mcp_sessions": _ALL,
         "mcp_spent_request_states": ("SELECT", "INSERT", "UPDATE"),  # a state's one use
-        "mcp_principal_limits": _READ,
+        "mcp_principal_limits": _READ,  # never written: the console's edits need the admin role
         "mcp_tool_limits": _READ,  # the fair release applies tool concurrency overrides
         "mcp_principal_buckets": _WRITE,  # creates per second, shared by the replicas
         "mcp_api_load": _ALL,  # its requests in progress, and the others'

@@ -7,6 +7,7 @@ Playwright drives ``/usr/bin/chromium`` itself (``executable_path``): no browser
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -186,7 +187,16 @@ def test_a_post_without_the_csrf_token_changes_nothing(console: dict[str, Any]) 
     for data in ({}, {"csrf": "forged"}):
         refused = http.post(f"/console/tasks/{job}/cancel", data=data)
         assert refused.status_code == 403, refused.text
+        limits = http.post(
+            "/console/limits", data={**data, "principal": "token:alice", "max_active_tasks": "0"}
+        )
+        assert limits.status_code == 403, limits.text
     assert _row(console, job)["status"] == "working"
+    import psycopg
+
+    with psycopg.connect(console["dsn"]) as conn:
+        found = conn.execute("SELECT count(*) FROM mcp_principal_limits WHERE principal = 'token:alice'")
+        assert found.fetchone() == (0,)
     # The same admin with the page's token: done.
     done = http.post(f"/console/tasks/{job}/cancel", data={"csrf": _csrf(http, f"/console/tasks/{job}")})
     assert done.status_code == 303
@@ -296,6 +306,35 @@ def test_an_admin_cancels_a_task_and_sees_the_audit_row(page: Any, console: dict
     assert "runaway job" in cells[5]
 
 
+def test_an_admin_edits_a_principals_limit_and_sees_the_audit_rows(
+    page: Any, console: dict[str, Any]
+) -> None:
+    principal = f"token:team-{uuid.uuid4().hex[:6]}"
+    page.goto("/console/limits")
+    page.fill("#set-limits input[name=principal]", principal)
+    page.fill("#set-limits input[name=max_active_tasks]", "7")
+    page.fill("#set-limits input[name=note]", "<i>batch</i> team")
+    page.click("#set-limits button[type=submit]")
+    page.wait_for_url("**/console/limits")
+    row = page.locator("#limits-table tbody tr", has_text=principal)
+    assert row.locator("td").nth(1).inner_text() == "7"
+    assert "<i>batch</i> team" in row.inner_text()
+    page.goto("/console/audit")
+    changes = page.locator("#limits tbody tr", has_text=f"principal {principal}")
+    fields = {cells[3]: cells[5] for cells in (r.locator("td").all_inner_texts() for r in changes.all())}
+    assert fields == {"max_active_tasks": "7", "note": "<i>batch</i> team"}
+    assert all("admin:ops" in r.locator("td").nth(1).inner_text() for r in changes.all())
+    action = page.locator("#actions tbody tr", has_text=f"principal {principal}").locator("td")
+    assert action.all_inner_texts()[1:5] == ["admin:ops", "set limits", f"principal {principal}", "1"]
+    import psycopg
+
+    with psycopg.connect(console["dsn"]) as conn:
+        stored = conn.execute(
+            "SELECT max_active_tasks FROM mcp_principal_limits WHERE principal = %s", (principal,)
+        ).fetchone()
+    assert stored == (7,)
+
+
 def test_payloads_in_arguments_results_messages_and_principals_render_inert(
     page: Any, console: dict[str, Any]
 ) -> None:
@@ -368,6 +407,7 @@ def test_every_page_has_a_screenshot(page: Any, console: dict[str, Any], tmp_pat
         "overview.png": "/console/",
         "tasks.png": "/console/tasks?owner=token:alice",
         "task.png": f"/console/tasks/{_job_of(console, running)}",
+        "limits.png": "/console/limits",
         "audit.png": "/console/audit",
     }
     for name, path in shots.items():
@@ -443,7 +483,9 @@ def test_open_live_pages_cost_no_query_of_their_own_while_nothing_changes(consol
                 follower.cancel()
             await asyncio.gather(*followers, return_exceptions=True)
 
-    asyncio.run(watch())
+    # In a thread of its own: Playwright's sync API (the module's browser) holds this thread's loop.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, watch()).result()
     idle = _transactions_in(console["dsn"], 5.0)  # the same stack with no page open
     # 20 pages reading their rows 4 times a second would add 400 transactions in 5 s; the hub's one
     # batched re-read of every watched task adds about 20, however many pages are open.

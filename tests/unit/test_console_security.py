@@ -140,3 +140,25 @@ def test_the_console_is_served_only_when_enabled() -> None:
 def test_an_admin_entry_that_is_not_a_hash_stops_the_start() -> None:
     with pytest.raises(ValueError, match="SHA-256"):
         Sessions(Settings(console_admin_tokens={"ops": TOKEN}), lambda token: False)
+
+
+def test_a_limits_form_is_applied_whole_or_refused() -> None:
+    from mcp_celery_tasks.console.limits import parse_limits
+
+    principal, limits = parse_limits({"principal": " token:alice ", "max_active_tasks": "7", "note": "batch"})
+    assert (principal, limits) == ("token:alice", {"max_active_tasks": 7, "note": "batch"})
+    assert parse_limits({"principal": "p", "creates_per_second": "0.5"})[1] == {"creates_per_second": 0.5}
+    refusals = [
+        {"principal": "", "max_active_tasks": "1"},
+        {"principal": "p\x1b[2J", "max_active_tasks": "1"},
+        {"principal": "p"},  # nothing to change
+        {"principal": "p", "max_active_tasks": "-1"},
+        {"principal": "p", "max_active_tasks": "1.5"},
+        {"principal": "p", "creates_per_second": "nan"},
+        {"principal": "p", "create_burst": "0"},
+        {"principal": "p", "note": "n" * 501},
+    ]
+    for form in refusals:
+        with pytest.raises(Refused) as refused:
+            parse_limits(form)
+        assert refused.value.status == 400, form
