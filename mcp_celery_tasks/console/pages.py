@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
@@ -176,6 +176,8 @@ class Console:
         where = listing.parse(params)
         page = await self.services_of(request).store.console_tasks(where, listing.page_size(params))
         older = listing.query(params, before=listing.cursor(page.rows[-1])) if page.more else None
+        shown = [str(row["job_id"]) for row in page.rows]
+        follow = urlencode([("job", job) for job in shown]) if 0 < len(shown) <= live.MAX_LIVE_ROWS else ""
         newest = listing.query(params, before=None) if where.before is not None else None
         return _html(
             render(
@@ -187,6 +189,7 @@ class Console:
                 statuses=listing.STATUSES,
                 older=older,
                 newest=newest,
+                follow=follow,
             )
         )
 
@@ -205,6 +208,14 @@ class Console:
         task_id = str(detail.task["task_id"])
         return StreamingResponse(
             live.changes(services, task_id, job_id),
+            media_type="text/event-stream",
+            headers={**HEADERS, "X-Accel-Buffering": "no"},
+        )
+
+    async def tasks_live(self, request: Request, admin: Admin) -> Response:
+        jobs = list(dict.fromkeys(request.query_params.getlist("job")))[: live.MAX_LIVE_ROWS]
+        return StreamingResponse(
+            live.row_changes(self.services_of(request), jobs),
             media_type="text/event-stream",
             headers={**HEADERS, "X-Accel-Buffering": "no"},
         )
@@ -271,6 +282,7 @@ def console_routes(settings: Settings, is_tool_caller: ToolCaller, services_of: 
         Route(f"{PREFIX}/login", console.login, methods=["POST"]),
         Route(f"{PREFIX}/logout", console.action(console.logout), methods=["POST"]),
         Route(f"{PREFIX}/tasks", console.page(console.tasks), methods=["GET"]),
+        Route(f"{PREFIX}/tasks/live", console.page(console.tasks_live), methods=["GET"]),
         Route(f"{PREFIX}/tasks/{{job_id}}", console.page(console.task), methods=["GET"]),
         Route(f"{PREFIX}/tasks/{{job_id}}/live", console.page(console.task_live), methods=["GET"]),
         Route(f"{PREFIX}/tasks/{{job_id}}/cancel", console.action(console.cancel), methods=["POST"]),

@@ -107,6 +107,10 @@ class ConsoleReads:
             await self._fetch(console_queries.ARTIFACTS_OF, params),
         )
 
+    async def console_rows(self, job_ids: list[str]) -> list[Row]:
+        """The list's columns of these jobs (those that still exist), for the live list."""
+        return await self._fetch(console_queries.ROWS_BY_JOBS, {"jobs": job_ids})
+
     async def console_overview(self, window_s: float = 3600.0) -> dict[str, list[Row]]:
         """Active tasks per queue and tool, per queue and principal, and the failures of the
         last ``window_s`` per tool (with the latest failed jobs)."""

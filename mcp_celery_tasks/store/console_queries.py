@@ -71,6 +71,13 @@ SELECT t.task_id, t.job_id, {DISPLAY_STATUS} AS display_status, t.status, t.owne
 FROM mcp_tasks t WHERE t.job_id = %(job_id)s
 """
 
+# The live list: the rows of the jobs one page shows (their unique index), as that page shows them.
+ROWS_BY_JOBS: Final[LiteralString] = f"""
+SELECT t.task_id, t.job_id, {DISPLAY_STATUS} AS shown, t.status, t.status_message, t.attempts,
+       t.started_at, t.finished_at
+FROM mcp_tasks t WHERE t.job_id = ANY(%(jobs)s)
+"""
+
 ARTIFACTS_OF: Final[LiteralString] = """
 SELECT name, mime_type, size, complete, created_at FROM mcp_task_artifacts
 WHERE task_id = %(task_id)s ORDER BY created_at, name

@@ -282,6 +282,21 @@ def test_an_admin_filters_opens_a_task_and_watches_it_complete(page: Any, consol
     assert "finished" in page.inner_text("#timeline")
 
 
+def test_the_list_updates_its_rows_without_a_reload(page: Any, console: dict[str, Any]) -> None:
+    expect = pytest.importorskip("playwright.sync_api").expect
+    gate = console["gates"] / f"gate-{uuid.uuid4().hex[:6]}"
+    label = f"listed-{uuid.uuid4().hex[:6]}"
+    job = _job_of(console, console["alice"].start("con_hold", {"text": label, "gate": str(gate)}))
+    wait_until(lambda: _row(console, job)["status_message"] == label, 30, 0.05, what="the report")
+    page.goto("/console/tasks?tool=con_hold&owner=token:alice")
+    row = page.locator(f'tr[data-job="{job}"]')
+    expect(row.locator("[data-row-live=status]")).to_have_text("working")
+    page.evaluate("window.notReloaded = true")
+    gate.touch()
+    expect(row.locator("[data-row-live=status]")).to_have_text("completed", timeout=5_000)
+    assert page.evaluate("window.notReloaded") is True
+
+
 def test_an_admin_cancels_a_task_and_sees_the_audit_row(page: Any, console: dict[str, Any]) -> None:
     task_id = console["alice"].start(
         "con_hold", {"text": "to cancel", "gate": str(console["gates"] / "never")}

@@ -44,7 +44,25 @@ function follow(url) {
   };
 }
 
+// A list page: each shown row's status, status message and attempts, as they change.
+function followRows(url) {
+  const source = new EventSource(url);
+  source.addEventListener("row", (event) => {
+    const state = JSON.parse(event.data);
+    const row = document.querySelector(`tr[data-job="${CSS.escape(state.job)}"]`);
+    if (!row) return;
+    for (const cell of row.querySelectorAll("[data-row-live]")) {
+      const name = cell.dataset.rowLive;
+      cell.textContent = state[name];
+      if (name === "status") cell.className = "status s-" + state[name];
+    }
+  });
+  source.addEventListener("settled", () => source.close());
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const url = document.body.dataset.live;
   if (url) follow(url);
+  const list = document.body.dataset.listLive;
+  if (list) followRows(list);
 });
