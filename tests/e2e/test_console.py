@@ -297,6 +297,38 @@ def test_the_list_updates_its_rows_without_a_reload(page: Any, console: dict[str
     assert page.evaluate("window.notReloaded") is True
 
 
+def test_signing_out_ends_the_browsers_session(page: Any) -> None:
+    page.click("form.logout button[type=submit]")
+    page.wait_for_url("**/console/login")
+    page.goto("/console/audit")
+    assert "/console/login?next=/console/audit" in page.url
+
+
+def test_a_tasks_question_and_its_answer_show_on_its_page(page: Any, console: dict[str, Any]) -> None:
+    expect = pytest.importorskip("playwright.sync_api").expect
+    alice = console["alice"]
+    filename = f"<b>report-{uuid.uuid4().hex[:6]}</b>"
+    params = {
+        "name": "confirm_delete",
+        "arguments": {"filename": filename},
+        "_meta": support.meta(elicitation={}),
+    }
+    task_id = alice.request("tools/call", params).result["taskId"]
+    task = alice.wait_status(task_id, ("input_required",))
+    (key,) = task["inputRequests"]
+    page.goto(f"/console/tasks/{_job_of(console, task_id)}")
+    assert page.inner_text("#status") == "input_required"
+    inputs = page.locator("#inputs tbody tr").first
+    assert "waiting" in inputs.inner_text() and f"Delete {filename}?" in inputs.inner_text()
+    alice.update(task_id, {key: {"action": "accept", "content": {"confirm": True}}})
+    expect(page.locator("#status")).to_have_text("completed", timeout=5_000)
+    expect(page.locator("#timeline")).to_contain_text(f"answered {key}")
+    assert f"Deleted {filename}" in page.inner_text("#result")
+    page.reload()  # the inputs table is drawn by the server: answered now, with the answer
+    assert "answered" in page.locator("#inputs tbody tr").first.inner_text()
+    assert '"confirm": true' in page.inner_text("#input-answer-1")
+
+
 def test_an_admin_cancels_a_task_and_sees_the_audit_row(page: Any, console: dict[str, Any]) -> None:
     task_id = console["alice"].start(
         "con_hold", {"text": "to cancel", "gate": str(console["gates"] / "never")}
