@@ -24,7 +24,9 @@ knows its JSON-RPC code.
     │   ├── SoftTimeLimitExceeded  the tool ran past its soft time limit
     │   ├── StepOrderError     a run met its durable steps in another order than recorded
     │   ├── StepResultError    a step's result is not JSON, or over max_step_result_bytes
-    │   └── CheckpointTooLarge a checkpoint over max_checkpoint_bytes (the previous one stays)
+    │   ├── CheckpointTooLarge a checkpoint over max_checkpoint_bytes (the previous one stays)
+    │   └── ArtifactRefused    an artifact over max_artifact_bytes or its principal's
+    │                          artifact_quota_bytes (nothing of it is kept)
     ├── McpError                 raised by tool code: the task fails with this JSON-RPC error
     └── InfrastructureError      Postgres or the broker failed; never a tool result (retried)
         ├── BrokerUnreachable    (``broker``) a kombu, redis-py or py-amqp error, wrapped where
@@ -50,6 +52,7 @@ from mcp_types import jsonrpc as codes
 from mcp_celery_tasks.json_types import JSONObject, JSONValue
 
 __all__ = [
+    "ArtifactRefused",
     "BrokerUnreachable",
     "CheckpointTooLarge",
     "HeaderMismatch",
@@ -334,6 +337,16 @@ class StepResultError(ToolError):
 
 class CheckpointTooLarge(ToolError):
     """A checkpoint is larger than ``max_checkpoint_bytes``; the previous one stays as it was."""
+
+
+class ArtifactRefused(ToolError):
+    """An artifact (``ctx.artifact``, or a large result stored as one) would pass
+    ``max_artifact_bytes`` or its principal's ``artifact_quota_bytes``: the upload stopped at the
+    chunk that would pass it and what it wrote was removed. ``limit`` names the setting."""
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class TooManyWaiting(ToolError):

@@ -191,14 +191,14 @@ class Settings(BaseSettings):
 
     lease_seconds: float = 30.0
     """A worker holds a task for this long without renewing it before another may take over."""
-    lease_self_fence: FenceMode = "off"
+    lease_self_fence: FenceMode = "auto"
     """``off | on | auto`` (``true``/``false``: on/off). A prefork worker that could not renew a
     job's lease for a lease less one watchdog interval (Postgres is out of its reach) kills the
     job's process before the lease can lapse (``on``), so a worker taking the job over never runs
     beside it; or only while it still hears the maintenance worker's "Postgres answers" beacon,
     i.e. it alone is cut off (``auto``; give the maintenance worker the same value); or never
     (``off``). In an outage of Postgres itself nobody can take a job over: there ``on`` stops
-    every job for nothing (an attempt each), ``auto`` and ``off`` let them run on."""
+    every job for nothing (an attempt each), ``auto`` (the default) and ``off`` let them run on."""
     max_attempts: int = 3
     """Runs of one job before the task fails. A run counts when the tool failed or its process
     died without giving the job back (a crash, an OOM kill); a run the worker gave back (a
@@ -295,7 +295,18 @@ class Settings(BaseSettings):
     max_client_info_bytes: int = 16_384
     """Largest ``capabilities`` plus ``clientInfo`` an initialize may declare (as JSON)."""
     max_result_bytes: int = 4_194_304
-    """Largest tool result stored; above it the call ends with ``isError``."""
+    """Largest tool result kept in the task row once large blocks became artifacts
+    (``inline_result_bytes``); a result still above it ends with ``isError``."""
+    inline_result_bytes: int = Field(default=262_144, ge=1024)
+    """A result larger than this (as JSON) has its large text, blob and embedded-resource blocks
+    stored as artifacts, each replaced by a ``resource_link`` and a short preview."""
+    max_artifact_bytes: int = Field(default=1 << 30, ge=1)
+    """Largest artifact; an upload that grows past it stops with ``isError`` and is removed."""
+    artifact_quota_bytes: int = Field(default=10 << 30, ge=0)
+    """Artifact bytes one principal may keep stored (counted as uploads go); 0: no quota."""
+    artifact_dir: str | None = None
+    """Keep artifact bytes as files under this directory, shared by the workers, the API and the
+    maintenance worker (named by artifact id only). Unset: in Postgres, 1 MiB chunks."""
     max_status_message_chars: int = 1024
     """``statusMessage`` is cut to this length."""
     max_step_result_bytes: int = 1_048_576

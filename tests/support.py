@@ -36,10 +36,11 @@ AMQP_URL = os.environ.get("MCP_TASKS_TEST_AMQP_URL", "amqp://guest:guest@127.0.0
 TASKS_EXT = "io.modelcontextprotocol/tasks"
 TEST_TOOL_MODULES = (
     '["tests.fixtures.bench", "tests.fixtures.conformance", "workers", "tests.fixtures.testing",'
-    ' "tests.fixtures.everything"]'
+    ' "tests.fixtures.everything", "tests.fixtures.conformance_resources"]'
 )
 """The examples plus every test fixture module: what the test stacks serve. ``noop`` comes first:
-the conformance suite's header checks call the first listed tool with no arguments."""
+the conformance suite's header checks call the first listed tool with no arguments. The last
+module registers no tool, only the conformance suite's fixed resources."""
 TEST_SECRET_KEY = base64.urlsafe_b64encode(b"k" * 32).decode().rstrip("=")
 VERSION = "2026-07-28"
 TERMINAL = ("completed", "failed", "cancelled")

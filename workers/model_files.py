@@ -5,18 +5,33 @@ principal made safe for a file name plus a digest of it (``token_alice-3f2a9c01d
 principals never share a folder (the digest tells ``token:a/b`` from ``token:a_b``), and a name a
 caller gives is resolved inside their own folder only. A path that leaves it (``..``, an
 absolute path elsewhere, a symlink) is refused by ``FileRoot``, like any path outside a root: one
-principal can neither read nor replace another's model.
+principal can neither read nor replace another's model. A trained model is written there and
+linked in the result as an artifact (``save_and_link``): the client reads the file's exact bytes
+with ``resources/read``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import os
 import re
+from collections.abc import Mapping
+from typing import Any
 
-from mcp_celery_tasks import FileRoot, ToolError
+from mcp_types import CallToolResult
 
-__all__ = ["MODELS_DIR", "check_writable", "principal_folder", "principal_models"]
+from mcp_celery_tasks import FileRoot, TaskContext, ToolError
+
+__all__ = [
+    "MODELS_DIR",
+    "check_writable",
+    "principal_folder",
+    "principal_models",
+    "result_with_link",
+    "save_and_link",
+]
 
 MODELS_DIR = "MCP_EXAMPLES_MODELS_DIR"
 
@@ -66,3 +81,22 @@ def check_writable(root: FileRoot, name: str, *, overwrite: bool) -> None:
             raise _Probe
     except _Probe:
         pass
+
+
+def save_and_link(
+    ctx: TaskContext, root: FileRoot, name: str, weights: io.BytesIO, *, overwrite: bool
+) -> Mapping[str, object]:
+    """Write ``weights`` as model ``name`` (atomically, replacing a file only with ``overwrite``)
+    and publish the same bytes as an artifact named after the file: its ``resource_link``."""
+    with root.atomic_write(name, overwrite=overwrite) as handle:
+        handle.write(weights.getbuffer())
+    weights.seek(0)
+    return ctx.artifact(os.path.basename(name), weights, "application/octet-stream")
+
+
+def result_with_link(summary: dict[str, Any], link: Mapping[str, object]) -> CallToolResult:
+    """``summary`` as structured content (and its JSON as text), with ``link`` beside it."""
+    text = json.dumps(summary, separators=(",", ":"), ensure_ascii=False)
+    return CallToolResult.model_validate(
+        {"content": [{"type": "text", "text": text}, dict(link)], "structuredContent": summary}
+    )

@@ -9,7 +9,9 @@ under ``MCP_EXAMPLES_FILES_ROOT`` (a ``FileRoot``): the walk never enters a syml
 and skips a symlinked file that resolves outside the root. The pattern runs on RE2
 (google-re2), in time linear in the text, so no pattern backtracks for hours on a crafted line;
 what RE2 cannot run (backreferences, lookaround) is refused. Lines longer than the root's
-``max_line_bytes`` are cut, so no line is buffered without bound.
+``max_line_bytes`` are cut, so no line is buffered without bound. A search with more matches
+than fit inline returns a summary and links every match as an NDJSON artifact
+(``ctx.artifact``, written as found: ``workers.match_file``).
 
 The scanning core, ``scan``, is a plain function (no context) so it can be timed on its own
 (``tests/bench/search_logs_bench.py``). A line matches when ``pattern`` is found in it (an RE2
@@ -26,8 +28,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcp_types import CallToolResult
+
 from mcp_celery_tasks import FileRoot, InputNotSupported, InputTimedOut, TaskContext, ToolError, tool
 from workers.line_regex import compile_pattern, required_literal
+from workers.match_file import INLINE_MATCHES, MatchFile
 
 __all__ = ["Match", "ScanResult", "find_files", "scan", "search_logs"]
 
@@ -36,7 +41,7 @@ PROGRESS_EVERY_LINES = 50_000
 """Progress and cancellation checkpoints: about every this many lines (a few per second)."""
 MAX_TEXT_CHARS = 300
 MAX_KEPT_MATCHES = 2_000
-"""Matches listed in the result (all are counted): keeps the result well below its size limit."""
+"""Matches ``scan`` lists by default (all are counted)."""
 BLOCK_BYTES = 1 << 20
 """Bytes read per step: about 10k lines of a typical log."""
 
@@ -234,6 +239,7 @@ def scan(
     progress_every: int = PROGRESS_EVERY_LINES,
     label: Callable[[str], str] = lambda path: path,
     block_bytes: int = BLOCK_BYTES,
+    on_match: Callable[[str, int, str], None] | None = None,
 ) -> ScanResult:
     """Search ``regex`` (from ``compile_pattern``) in every line of ``paths``, read through ``root``.
 
@@ -241,7 +247,8 @@ def scan(
     ``progress_every`` lines; ``should_stop`` also runs each time the match count reaches a
     multiple of ``pause_every`` (with the lines scanned up to that match). When it returns True
     the scan ends with ``stopped`` set. The first ``keep`` matches are listed (``label`` names
-    their file); all are counted. A file ``root`` refuses is listed in ``unreadable``; lines
+    their file); all are counted, and each is passed to ``on_match(file, line, text)`` when
+    given, as it is found. A file ``root`` refuses is listed in ``unreadable``; lines
     longer than ``root.max_line_bytes`` are cut to that many bytes.
 
     Files are read as bytes in large blocks into one reused buffer, and each block is searched
@@ -263,6 +270,9 @@ def scan(
             room = keep - len(result.matches)
             for i in range(done, done + min(step, max(room, 0))):
                 result.matches.append(Match(name, hits.lines[i], hits.text(i)))
+            if on_match is not None:
+                for i in range(done, done + step):
+                    on_match(name, hits.lines[i], hits.text(i))
             result.match_count += step
             done += step
             if pause_every and result.match_count % pause_every == 0:
@@ -308,13 +318,14 @@ def scan(
 @tool(retention_seconds=3600, poll_interval_ms=500)
 def search_logs(
     ctx: TaskContext, directory: str, pattern: str, max_matches: int = 1000, glob: str = "*.log"
-) -> dict[str, Any]:
+) -> dict[str, Any] | CallToolResult:
     """Search a regex (RE2 syntax) in every matching file under a directory, line by line.
 
     The directory is relative to the files directory this server allows (or inside it). Reports
     "N lines scanned, M matches" a few times a second and stops when cancelled. After every
     `max_matches` matches it asks whether to go on; declining ends the search with the partial
-    results.
+    results. Up to 200 matches are listed in the result; above that it lists the first 20 and
+    links every match as an NDJSON file (`matches.ndjson`, read with resources/read).
     """
     root = FileRoot.require_env(FILES_ROOT)
     if max_matches < 1:
@@ -337,28 +348,32 @@ def search_logs(
         next_question = (matches // max_matches + 1) * max_matches
         return _ask_to_continue(ctx, lines, matches, stop_reason)
 
-    result = scan(
-        root,
-        paths,
-        regex,
-        on_progress,
-        should_stop,
-        pause_every=max_matches,
-        label=lambda path: os.path.relpath(path, top),
-    )
-    return {
-        "directory": directory,
-        "pattern": pattern,
-        "files": len(paths),
-        "files_scanned": result.files_scanned,
-        "lines_scanned": result.lines_scanned,
-        "match_count": result.match_count,
-        "matches": [{"file": m.file, "line": m.line, "text": m.text} for m in result.matches],
-        "matches_truncated": result.match_count > len(result.matches),
-        "stopped_early": result.stopped,
-        "stop_reason": stop_reason[0] if stop_reason else None,
-        "unreadable_files": result.unreadable[:20],
-    }
+    with MatchFile() as every_match:
+        result = scan(
+            root,
+            paths,
+            regex,
+            on_progress,
+            should_stop,
+            pause_every=max_matches,
+            keep=INLINE_MATCHES,
+            label=lambda path: os.path.relpath(path, top),
+            on_match=every_match.add,
+        )
+        summary = {
+            "directory": directory,
+            "pattern": pattern,
+            "files": len(paths),
+            "files_scanned": result.files_scanned,
+            "lines_scanned": result.lines_scanned,
+            "match_count": result.match_count,
+            "matches": [{"file": m.file, "line": m.line, "text": m.text} for m in result.matches],
+            "matches_truncated": result.match_count > len(result.matches),
+            "stopped_early": result.stopped,
+            "stop_reason": stop_reason[0] if stop_reason else None,
+            "unreadable_files": result.unreadable[:20],
+        }
+        return every_match.result(ctx, summary)
 
 
 def _ask_to_continue(ctx: TaskContext, lines: int, matches: int, stop_reason: list[str]) -> bool:

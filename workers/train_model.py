@@ -5,7 +5,9 @@ Shows ``queue="gpu"`` routing, per-epoch ``ctx.report`` and ``ctx.raise_if_cance
 confirmed before the task exists, so no worker slot is held while a human thinks. Each epoch
 ends with ``ctx.checkpoint.save`` (the weights, the epoch, the losses): a run that is killed or
 redelivered resumes after the last saved epoch. Each epoch shuffles with a generator seeded by
-``(seed, epoch)``, so a resumed run trains exactly as an uninterrupted one would.
+``(seed, epoch)``, so a resumed run trains exactly as an uninterrupted one would. The result
+links the weights it wrote as an artifact (``ctx.artifact``): the client reads the exact bytes
+of the model file with ``resources/read``.
 
 The model is a name under the caller's own folder of ``MCP_EXAMPLES_MODELS_DIR`` (a
 ``FileRoot`` per principal, ``model_files``), never a path chosen freely: one principal never
@@ -24,11 +26,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any, BinaryIO
 
 import numpy as np
+from mcp_types import CallToolResult
 from numpy.typing import NDArray
 from pydantic import Field
 
 from mcp_celery_tasks import Elicit, TaskContext, ToolError, tool
-from workers.model_files import MODELS_DIR, check_writable, principal_models
+from workers.model_files import MODELS_DIR, check_writable, principal_models, result_with_link, save_and_link
 
 __all__ = ["Mlp", "make_moons", "train_model"]
 
@@ -211,13 +214,14 @@ def train_model(
     samples: Annotated[int, Field(ge=10, le=MAX_SAMPLES)] = 2000,
     learning_rate: Annotated[float, Field(gt=0, le=10)] = 0.1,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> dict[str, Any] | CallToolResult:
     """Train a small MLP classifier on a seeded synthetic dataset and save its weights (npz).
 
     `model` names the file in the caller's folder of the models directory (e.g. "moons" or
     "runs/moons.npz"); epochs x samples is at most 200 million.
     Reports the loss after every epoch and stops between epochs when cancelled. Asks before
-    overwriting an existing model file; declined, it keeps the file and trains nothing.
+    overwriting an existing model file; declined, it keeps the file and trains nothing. The
+    result links the trained weights (an artifact, read with resources/read).
     """
     if epochs * samples > MAX_WORK:
         raise ToolError(
@@ -236,9 +240,11 @@ def train_model(
     check_writable(root, name, overwrite=overwrite)  # a refused name: before any training
     mlp, stats = _fit(ctx, epochs, samples, learning_rate, seed)
     ctx.raise_if_cancelled()
-    with root.atomic_write(name, overwrite=overwrite) as handle:
-        mlp.save(handle)
-    return {"model": name, "model_path": target, "epochs": epochs, **stats}
+    weights = io.BytesIO()
+    mlp.save(weights)
+    link = save_and_link(ctx, root, name, weights, overwrite=overwrite)
+    summary = {"model": name, "model_path": target, "epochs": epochs, "weights": link["uri"], **stats}
+    return result_with_link(summary, link)
 
 
 def _fit(

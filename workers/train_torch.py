@@ -13,7 +13,7 @@ What a GPU tool needs, in one file:
   resumed run trains as an uninterrupted one would.
 - **It asks before overwriting** (``ask_first``: before the task exists, so no GPU slot waits on
   a human) and writes the weights in the caller's own folder of ``MCP_EXAMPLES_MODELS_DIR``
-  (``model_files``), atomically.
+  (``model_files``), atomically; the result links the same bytes as an artifact.
 - **Its work is bounded**: epochs, samples and width by the schema, epochs x samples by the tool,
   and the whole run by its own time limit, far below the worker's 6 h default.
 
@@ -27,10 +27,11 @@ import io
 import time
 from typing import Annotated, Any
 
+from mcp_types import CallToolResult
 from pydantic import Field
 
 from mcp_celery_tasks import Elicit, TaskContext, ToolError, tool
-from workers.model_files import MODELS_DIR, check_writable, principal_models
+from workers.model_files import MODELS_DIR, check_writable, principal_models, result_with_link, save_and_link
 from workers.train_model import OVERWRITE_SCHEMA
 
 __all__ = ["train_torch"]
@@ -112,10 +113,11 @@ def train_torch(
     hidden: Annotated[int, Field(ge=2, le=256)] = 32,
     learning_rate: Annotated[float, Field(gt=0, le=1)] = 0.01,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> dict[str, Any] | CallToolResult:
     """Train a small PyTorch MLP on a seeded dataset (on the job's GPU, if any) and save it (.pt).
 
-    The weights (a state dict) go in your models folder. Reports the loss after each epoch,
+    The weights (a state dict) go in your models folder, and the result links them (an
+    artifact, read with resources/read). Reports the loss after each epoch,
     checkpoints each epoch (a crash resumes at the last one) and stops between epochs when
     cancelled. Asks before overwriting an existing model file. epochs x samples is at most 5
     million.
@@ -138,9 +140,11 @@ def train_torch(
     check_writable(root, name, overwrite=answer is not None)  # a refused name: before training
     net, stats = _fit(ctx, torch, epochs, samples, hidden, learning_rate, seed)
     ctx.raise_if_cancelled()
-    with root.atomic_write(name, overwrite=answer is not None) as handle:
-        torch.save(net.state_dict(), handle)
-    return {"model": name, "model_path": target, "epochs": epochs, **stats}
+    weights = io.BytesIO()
+    torch.save(net.state_dict(), weights)
+    link = save_and_link(ctx, root, name, weights, overwrite=answer is not None)
+    summary = {"model": name, "model_path": target, "epochs": epochs, "weights": link["uri"], **stats}
+    return result_with_link(summary, link)
 
 
 def _fit(

@@ -14,9 +14,9 @@ down, and the worker alone cannot tell:
 
 The three modes:
 
-- ``off`` (the default): never fence.
+- ``off``: never fence.
 - ``on``: always fence.
-- ``auto``: fence only on evidence of a partition. The maintenance worker (which runs the
+- ``auto`` (the default): fence only on evidence of a partition. The maintenance worker (which runs the
   sweeper, the one that hands lapsed jobs to other workers) publishes a *beacon* through the
   broker every ``BEACON_INTERVAL_S`` while Postgres answers it (``beacon``). A worker
   that still hears fresh beacons while its own renewals fail is the one cut off, and fences; one

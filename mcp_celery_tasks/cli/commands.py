@@ -31,6 +31,7 @@ from mcp_celery_tasks.cli.admin.connect import (
     redact,
 )
 from mcp_celery_tasks.cli.admin.tasks import admin_app
+from mcp_celery_tasks.cli.call_options import SaveArtifactsOpt
 from mcp_celery_tasks.cli.dev import record as devrecord
 from mcp_celery_tasks.cli.gpus import GpuMaxTasksOpt, GpusOpt, SlotsOpt, apply_gpu_options
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
@@ -360,6 +361,7 @@ def call(
             "(default: a fresh key, reused by this call's own retries)",
         ),
     ] = None,
+    save_artifacts: SaveArtifactsOpt = None,
 ) -> None:
     """Call a tool as a task on any SEP-2663 server and follow it.
 
@@ -367,8 +369,8 @@ def call(
     it running). Without a terminal (--json, or stdin not a terminal) every
     input request without an --answers entry is declined at once.
 
-    Exit codes: 0 completed; 1 the task failed or was cancelled, or the tool
-    reported an error; 2 refused (a usage mistake such as a wrong argument
+    Exit codes: 0 completed; 1 the task failed or was cancelled, the tool
+    reported an error, or an artifact could not be saved; 2 refused (a usage mistake such as a wrong argument
     type, or a JSON-RPC error from the server); 3 no MCP answer from the
     server (refused, timed out); 130 interrupted (Ctrl-C, SIGTERM, SIGHUP).
     """
@@ -388,6 +390,7 @@ def call(
             timeout=timeout,
             detach=detach,
             idempotency_key=idempotency_key,
+            save_artifacts=save_artifacts,
         )
     )
 

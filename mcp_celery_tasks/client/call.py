@@ -13,7 +13,8 @@ The result goes to stdout; the live line, forms, status and errors go to stderr 
 error, never a traceback). Exit codes:
 
 - 0: the task completed.
-- 1: the task failed or was cancelled, or the tool reported an error (``isError``).
+- 1: the task failed or was cancelled, the tool reported an error (``isError``), or a linked
+  artifact could not be saved (``--save-artifacts DIR``: ``saving``).
 - 2: refused before anything ran: a usage mistake (unknown tool or argument, a value of the wrong
   type, a bad ``--answers`` file, a wrong ``--url`` or token) or a JSON-RPC error from the server.
 - 3: no MCP answer from the server: connection refused, timed out, or not an MCP endpoint.
@@ -48,6 +49,7 @@ from mcp_celery_tasks.client.protocol import (
     TasksClient,
     TaskStore,
 )
+from mcp_celery_tasks.client.saving import save_reported
 from mcp_celery_tasks.client.stopping import Stopped, signals_stop
 from mcp_celery_tasks.client.terminal import plain
 from mcp_celery_tasks.client.view import duration, heard_from_tool, live_status, print_tools, show_result
@@ -153,10 +155,12 @@ def run_call(
     timeout: float,
     detach: bool = False,
     idempotency_key: str | None = None,
+    save_artifacts: Path | None = None,
 ) -> int:
     """``mcp-celery-tasks call``: start (or resume) a task, follow it to its end; the exit code.
     The create carries ``idempotency_key`` (one is made when None), so its retries and a rerun
-    with the same key find the same task."""
+    with the same key find the same task; a completed result's artifacts are saved into
+    ``save_artifacts`` (``saving``)."""
     err = Console(stderr=True, soft_wrap=True)
     try:
         if (tool is None) == (resume is None):
@@ -167,12 +171,15 @@ def run_call(
         if resume is not None and idempotency_key is not None:
             raise UsageError("--idempotency-key goes with a tool name, not with --resume")
         answers = load_answers(answers_file) if answers_file else {}
+        if save_artifacts is not None and save_artifacts.exists() and not save_artifacts.is_dir():
+            raise UsageError(f"--save-artifacts {save_artifacts}: not a directory")
     except (UsageError, AnswersError) as exc:
         _error(err, str(exc))
         return EXIT_REFUSED
     client = TasksClient(url, token=token, capabilities=CAPABILITIES, timeout_s=timeout)
     call = _Call(err, client, as_json=as_json, answers=answers, detach=detach)
     call.idempotency_key = idempotency_key or ""
+    call.save_dir = save_artifacts
     with signals_stop():
         return _run(call, tool, texts, resume, url_given=url_given)
 
@@ -226,6 +233,7 @@ class _Call:
         """Whether the tool has shown it runs (``view.heard_from_tool``), for the live line."""
         self.idempotency_key = ""
         """The create's key (``""``: made on the first call, kept across its rounds)."""
+        self.save_dir: Path | None = None
         interactive = not as_json and sys.stdin.isatty()
         self.answerer = Answerer(err, interactive=interactive, answers=answers, pause=self._paused)
 
@@ -359,11 +367,14 @@ class _Call:
         elif status == "completed":
             show_result(self.out, result)
         if status == "completed":
+            saved = self.save_dir is None or save_reported(self.err, self.client, result, self.save_dir)
             if result.get("isError"):
                 self._status(f"[red]tool error[/red] after {elapsed}")
                 return EXIT_TASK_FAILED
-            self._status(f"[green]completed[/green] in {elapsed}")
-            return EXIT_OK
+            self._status(
+                f"[green]completed[/green] in {elapsed}" + ("" if saved else ", not every artifact saved")
+            )
+            return EXIT_OK if saved else EXIT_TASK_FAILED
         if status == "failed":
             error = as_object(task.get("error"))
             detail = f"{error.get('message')} ({error.get('code')})"

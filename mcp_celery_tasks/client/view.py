@@ -19,6 +19,7 @@ __all__ = [
     "live_status",
     "print_tools",
     "show_result",
+    "size_text",
     "task_mode",
 ]
 
@@ -132,6 +133,18 @@ def duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
+def size_text(size: int) -> str:
+    """``512 bytes``, ``4.2 KiB``, ``3.0 MiB``, ``1.5 GiB``."""
+    if size < 1024:
+        return f"{size} bytes"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
 def _as_json(text: str) -> JSONValue:
     """The JSON object or array ``text`` holds, else None."""
     if not text.lstrip().startswith(("{", "[")):
@@ -156,7 +169,9 @@ def _describe(block: JSONObject) -> str:
         size = len(str(block.get("data", ""))) * 3 // 4
         return f"[{kind} {block.get('mimeType', '')}, {size} bytes]"
     if kind == "resource_link":
-        return f"[link] {block.get('name', '')} {block.get('uri', '')}".rstrip()
+        claimed = block.get("size")
+        sized = f" ({size_text(claimed)})" if type(claimed) is int and claimed >= 0 else ""
+        return f"[link] {block.get('name', '')}{sized} {block.get('uri', '')}".rstrip()
     if kind == "resource":
         resource = as_object(block.get("resource"))
         text = resource.get("text")

@@ -18,10 +18,11 @@ from mcp_celery_tasks.backlog.release import BrokerUnavailable, release_and_publ
 from mcp_celery_tasks.errors import BrokerUnreachable, InfrastructureError
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import WorkerStore
+from mcp_celery_tasks.store.artifact_dir import ArtifactDirectory
 from mcp_celery_tasks.store.queries import BROKER_DOWN_JOB
 from mcp_celery_tasks.telemetry import metrics
 
-__all__ = ["collect_garbage", "gc_overdue", "sweep", "sweep_checkpoint_dir"]
+__all__ = ["collect_garbage", "gc_overdue", "sweep", "sweep_artifact_dir", "sweep_checkpoint_dir"]
 
 logger = logging.getLogger("mcp_celery_tasks.gc")
 
@@ -35,11 +36,17 @@ ORPHAN_AFTER_S = 600.0
 
 
 def collect_garbage(
-    store: WorkerStore, *, batch: int = 1000, max_batches: int = 100, checkpoint_dir: str | None = None
+    store: WorkerStore,
+    *,
+    batch: int = 1000,
+    max_batches: int = 100,
+    checkpoint_dir: str | None = None,
+    artifact_dir: str | None = None,
 ) -> int:
     """Delete expired rows in bounded batches (inputs, steps, checkpoints, artifacts cascade); rows with a
-    live lease stay. Then expired sessions and spent request states, and the checkpoint files of
-    deleted tasks (``sweep_checkpoint_dir``); only while no other collector holds the lock.
+    live lease stay. Then expired sessions and spent request states, and the checkpoint and
+    artifact files of deleted tasks (``sweep_checkpoint_dir``, ``sweep_artifact_dir``); only
+    while no other collector holds the lock.
 
     Each batch is its own short transaction, so polling never waits behind a long delete.
     """
@@ -72,6 +79,8 @@ def collect_garbage(
             break
     if checkpoint_dir:
         sweep_checkpoint_dir(store, Path(checkpoint_dir))
+    if artifact_dir:
+        sweep_artifact_dir(store, ArtifactDirectory(artifact_dir))
     store.record_run("collect_garbage", deleted)
     metrics.gc_deleted.inc(deleted)
     metrics.gc_last_run.set_to_current_time()
@@ -108,6 +117,28 @@ def sweep_checkpoint_dir(
         shutil.rmtree(stale[job_id], ignore_errors=True)
     if orphans:
         logger.info("removed the checkpoint files of %d deleted tasks", len(orphans))
+    return len(orphans)
+
+
+def sweep_artifact_dir(
+    store: WorkerStore,
+    directory: ArtifactDirectory,
+    *,
+    older_than_s: float = ORPHAN_AFTER_S,
+    limit: int = 1000,
+) -> int:
+    """Remove the files under ``artifact_dir`` (complete or partial) whose artifact row is gone
+    (collected with its task, an interrupted upload swept) and that nobody touched for
+    ``older_than_s``; returns how many. A row is inserted before its file is opened, so a file
+    without a row is never one being written."""
+    stale = directory.stale_files(older_than_s, limit)
+    if not stale:
+        return 0
+    orphans = set(stale) - store.known_artifacts(list(stale))
+    for artifact_id in orphans:
+        directory.remove(artifact_id)
+    if orphans:
+        logger.info("removed the files of %d deleted artifacts", len(orphans))
     return len(orphans)
 
 

@@ -12,6 +12,7 @@ from mcp_celery_tasks.protocol.sealing import Sealer
 from mcp_celery_tasks.protocol.shapes import ServerInfo
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore
+from mcp_celery_tasks.store.artifact_dir import ArtifactDirectory
 from mcp_celery_tasks.tasks.artifacts import ArtifactService
 from mcp_celery_tasks.tasks.events import TaskEvents
 from mcp_celery_tasks.tasks.service import Publisher, TaskService
@@ -42,4 +43,5 @@ class Services:
     @property
     def artifacts(self) -> ArtifactService:
         """The caller-scoped artifact reads (``tasks.artifacts``)."""
-        return ArtifactService(self.store)
+        directory = self.settings.artifact_dir
+        return ArtifactService(self.store, ArtifactDirectory(directory) if directory else None)

@@ -72,7 +72,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_steps": ("SELECT", "INSERT"),
         "mcp_task_checkpoints": _ALL,  # a save replaces the previous checkpoint's chunks
         "mcp_task_checkpoint_chunks": _ALL,
-        "mcp_task_artifacts": _WRITE,  # ctx.artifact: written once, fenced; never deleted by a worker
+        "mcp_task_artifacts": _ALL,  # ctx.artifact, fenced; deleted only by its run, when refused
         "mcp_task_artifact_chunks": _WRITE,
         "mcp_principal_limits": _READ,
         "mcp_tool_limits": _READ,

@@ -415,7 +415,7 @@ spent_request_states = Table(
 with it inserts its digest here; a replay finds the row. Rows go once the state has expired
 (the collector), when ``open`` refuses the state anyway."""
 
-# ---- artifacts: files a job publishes, read with resources/read (migration 0021) ---------------
+# ---- artifacts: files a job publishes, read with resources/read (migrations 0021, 0022) --------
 
 artifacts = Table(
     "mcp_task_artifacts",
@@ -430,7 +430,12 @@ artifacts = Table(
     Column("chunks", Integer, nullable=False, server_default=text("0")),
     Column("complete", Boolean, nullable=False, server_default=text("false")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # Where the bytes are: chunk rows, or a file under artifact_dir named by the id (0022).
+    Column("storage", Text, nullable=False, server_default=text("'postgres'")),
+    CheckConstraint("storage IN ('postgres', 'directory')", name="storage"),
     Index("ix_mcp_task_artifacts_owner_created_at", "owner", "created_at"),
+    # The principal's stored bytes, summed for the quota without touching the heap (0022).
+    Index("ix_mcp_task_artifacts_owner_size", "owner", postgresql_include=["size"]),
     Index("ix_mcp_task_artifacts_task_id", "task_id"),
     Index("ix_mcp_task_artifacts_incomplete", "created_at", postgresql_where=text("NOT complete")),
 )

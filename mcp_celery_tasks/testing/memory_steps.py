@@ -15,8 +15,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from mcp_celery_tasks.errors import ArtifactRefused
 from mcp_celery_tasks.json_types import JSONValue
-from mcp_celery_tasks.store.artifact_calls import NotOurs
+from mcp_celery_tasks.store.artifact_calls import NO_LIMITS, ArtifactLimits, NotOurs
+from mcp_celery_tasks.store.artifact_dir import ArtifactDirectory
 from mcp_celery_tasks.store.step_queries import CHUNK_BYTES, CheckpointRecord, StepWrite
 
 __all__ = ["MemorySteps", "TaskDurables"]
@@ -72,12 +74,27 @@ class MemorySteps:
         return True
 
     def write_artifact(
-        self, task_id: str, worker: str, name: str, mime_type: str, chunks: Iterable[bytes]
+        self,
+        task_id: str,
+        worker: str,
+        name: str,
+        mime_type: str,
+        chunks: Iterable[bytes],
+        *,
+        limits: ArtifactLimits = NO_LIMITS,
+        directory: ArtifactDirectory | None = None,
     ) -> tuple[str, int, str]:
+        """In memory whatever ``directory`` says; ``limits.max_bytes`` holds (no quota here)."""
         self._call("write_artifact")
         if self._mine(task_id, worker) is None:
             raise NotOurs(task_id)
         data = b"".join(bytes(chunk) for chunk in chunks)
+        if len(data) > limits.max_bytes:
+            raise ArtifactRefused(
+                f"artifact {name!r} is larger than the limit of {limits.max_bytes} bytes per artifact "
+                "(max_artifact_bytes): nothing of it was kept",
+                "max_artifact_bytes",
+            )
         artifact_id = secrets.token_urlsafe(18)
         self._durables(task_id).artifacts[artifact_id] = (name, mime_type, data)
         return artifact_id, len(data), hashlib.sha256(data).hexdigest()

@@ -26,6 +26,8 @@ from mcp_celery_tasks.json_types import JSONObject, JSONValue, as_array, as_obje
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.records import ClaimedTask
 from mcp_celery_tasks.testing.memory import MemoryInbox, MemoryStore, Row
+from mcp_celery_tasks.testing.memory_steps import TaskDurables
+from mcp_celery_tasks.tools.artifacts import artifact_uri
 from mcp_celery_tasks.tools.inputs import CAPABILITY_FOR, validate_response
 from mcp_celery_tasks.tools.registry import InvalidArguments, ToolSpec, all_tools, get_tool
 from mcp_celery_tasks.tools.results import error_result
@@ -101,6 +103,8 @@ class ToolRun:
         reports: every status report, in order.
         logs: every ``ctx.log`` entry (all levels: the caller is taken to ask for ``debug``).
         requests: every input request, with its answer.
+        artifacts: the bytes of every artifact the run published (``ctx.artifact``), by the
+            uri of its ``resource_link``.
     """
 
     status: str
@@ -109,6 +113,7 @@ class ToolRun:
     reports: list[Report] = field(default_factory=list)
     logs: list[LogEntry] = field(default_factory=list)
     requests: list[InputRequest] = field(default_factory=list)
+    artifacts: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def is_error(self) -> bool:
@@ -223,6 +228,12 @@ def run_tool(
         reports=[Report(*report) for report in row.reports],
         logs=[LogEntry(*entry) for entry in row.logs],
         requests=[*asked_first, *client.requests()],
+        artifacts={
+            artifact_uri(artifact_id, name): data
+            for artifact_id, (name, _, data) in store.durables.get(
+                row.task_id, TaskDurables()
+            ).artifacts.items()
+        },
     )
 
 

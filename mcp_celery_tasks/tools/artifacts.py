@@ -6,7 +6,7 @@ or a binary file object, read from its position to the end in 1 MiB chunks (neve
 memory). A path is refused on purpose: a path argument may come from a model, and only a
 ``FileRoot`` knows which files a tool may read; open it there (``root.open(path)``) and pass the
 file object. The name becomes the last segment of the link's URI, so it is one plain segment:
-no ``/``, ``\\``, ``..``, control characters, at most 200 characters. The worker's side is
+no ``/``, ``\\``, ``..``, ``?``, ``#``, control characters, at most 200 characters. The worker's side is
 ``worker.artifacts``; no SQL here.
 """
 
@@ -71,6 +71,8 @@ def checked_artifact_name(name: object) -> str:
         raise ToolError(f"an artifact name is at most {MAX_ARTIFACT_NAME_CHARS} characters, not {len(name)}")
     if "/" in name or "\\" in name:
         raise ToolError(f"artifact name {name!r} contains a path separator: give a plain file name")
+    if "?" in name or "#" in name:
+        raise ToolError(f"artifact name {name!r} contains '?' or '#', which end a URI's path")
     if name in (".", "..") or ".." in name:
         raise ToolError(f"artifact name {name!r} contains '..': give a plain file name")
     if _CONTROL.search(name):

@@ -313,7 +313,9 @@ def _add_beat_jobs(app: Celery, store: WorkerStore, settings: Settings) -> None:
             store.delete_dead_workers()
         except InfrastructureError:
             logger.info("could not delete long-dead workers' rows; the next collection will")
-        return gc.collect_garbage(store, checkpoint_dir=settings.checkpoint_dir)
+        return gc.collect_garbage(
+            store, checkpoint_dir=settings.checkpoint_dir, artifact_dir=settings.artifact_dir
+        )
 
     @app.task(name=SWEEP, ignore_result=True, bind=True)
     def sweep(self: Any) -> int:

@@ -10,6 +10,7 @@ from mcp_types import jsonrpc as codes
 
 from mcp_celery_tasks import lifecycle
 from mcp_celery_tasks.errors import (
+    ArtifactRefused,
     CheckpointTooLarge,
     InputNotSupported,
     InputTimedOut,
@@ -93,6 +94,8 @@ def tool_error_kind(exc: ToolError) -> str:
         return "step_result"
     if isinstance(exc, CheckpointTooLarge):
         return "checkpoint_too_large"
+    if isinstance(exc, ArtifactRefused):
+        return "artifact_refused"
     return "tool_error"
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -71,6 +70,7 @@ from mcp_celery_tasks.worker.outcomes import (
     tool_error_kind,
 )
 from mcp_celery_tasks.worker.runtime import InboxWaiter, Runtime, RuntimeStore
+from mcp_celery_tasks.worker.spill import json_size, spill
 from mcp_celery_tasks.worker.steps import JobSteps, StepStore
 
 __all__ = ["JobOutcome", "JobRunner", "JobStore", "Outcome", "worker_identity"]
@@ -280,7 +280,7 @@ class JobRunner:
             finally:
                 if not runtime.suspended:
                     runtime.reached_new_work()
-            return Outcome(COMPLETED, result=self._bounded(to_call_tool_result(value)))
+            return Outcome(COMPLETED, result=self._bounded(to_call_tool_result(value), ctx))
         except JobSuspended:
             return SUSPENDED
         except _TooLarge as exc:
@@ -359,11 +359,17 @@ class JobRunner:
             steps=JobSteps(self._store, self._settings, task_id=job.task_id, job_id=job.job_id,
                            tool_name=job.tool_name, worker=runtime.worker, stopping=lambda: runtime.stopping,
                            replayed=runtime.replayed, new_work=runtime.reached_new_work),
-            artifacts=JobArtifacts(self._store, job.task_id, runtime.worker),
+            artifacts=JobArtifacts(self._store, job.task_id, runtime.worker, self._settings),
         )  # fmt: skip
 
-    def _bounded(self, result: JSONObject) -> JSONObject:
-        size = len(json.dumps(result, separators=(",", ":")))
+    def _bounded(self, result: JSONObject, ctx: TaskContext) -> JSONObject:
+        """The result as stored: over ``inline_result_bytes``, its large blocks become artifacts
+        (``spill``); still over ``max_result_bytes``, ``_TooLarge``."""
+        size = json_size(result)
+        inline = min(self._settings.inline_result_bytes, self._settings.max_result_bytes)
+        if size > inline:
+            result = spill(result, ctx.artifact, inline)
+            size = json_size(result)
         if size > self._settings.max_result_bytes:
             limit = self._settings.max_result_bytes
             raise _TooLarge(f"The tool's result is {size} bytes, more than the server's limit of {limit}")

@@ -12,7 +12,7 @@ It runs in a prefork worker's main process, outside every job's interpreter, and
   still stopped, or at the first tick after the whole worker wakes. The watchdog knows which job
   a child claimed, and as which identity, from the claim itself (``claims``), not from an
   earlier tick: a child frozen within its job's first tick is recognised too (issue 28).
-- **Fence** (``lease_self_fence``, off by default). A job whose lease could not be renewed for
+- **Fence** (``lease_self_fence``, ``auto`` by default). A job whose lease could not be renewed for
   a lease less one interval (the database is out of this worker's reach) has its process killed
   before the lease can lapse: a worker cut off from Postgres never runs a body alongside the one
   that took the job over. ``auto`` fences only while the maintenance worker's beacon says

@@ -8,7 +8,7 @@ its own rows. ``ix_mcp_tasks_failures`` holds only failed, errored and force-sto
 overview's "failures of the last hour" reads those alone. Issue 35 (first slice).
 
 Revision ID: 0023
-Revises: 0021 (for now: the integrator re-chains it after 0022)
+Revises: 0022
 Create Date: 2026-12-03
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0023"
-down_revision = "0021"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 

@@ -118,7 +118,15 @@ def test_text_comes_back_as_text_also_on_a_2025_11_25_session(alice: Client, aut
         legacy.call("resources/read", {"uri": link["uri"]})["result"]["contents"][0]["text"]
         == "héllo\nworld\n"
     )
-    assert legacy.call("resources/templates/list", {})["result"] == {"resourceTemplates": []}
+    ranged = legacy.call("resources/read", {"uri": f"{link['uri']}?offset=1&length=5"})["result"]
+    assert ranged["contents"] == [  # a range is a blob, text or not ("é" is two bytes)
+        {"uri": f"{link['uri']}?offset=1&length=5", "mimeType": "text/plain", "blob": base64.b64encode(
+            "héllo\nworld\n".encode()[1:6]).decode()}
+    ]  # fmt: skip
+    bad = legacy.call("resources/read", {"uri": f"{link['uri']}?offset=-1"})["error"]
+    assert bad["code"] == codes.INVALID_PARAMS and bad["message"].startswith("Invalid range: ")
+    (template,) = legacy.call("resources/templates/list", {})["result"]["resourceTemplates"]
+    assert template["uriTemplate"] == "mcp-tasks://artifacts/{id}/{name}{?offset,length}"
     stranger = _LegacySession(auth_url, TOKENS["bob"])
     refused = stranger.call("resources/read", {"uri": link["uri"]})["error"]
     assert refused == {
@@ -136,7 +144,9 @@ def test_both_revisions_advertise_resources(alice: Client, auth_url: str) -> Non
     assert "resources" in init["result"]["capabilities"]
 
 
-def test_templates_are_empty_and_a_forged_cursor_is_refused(alice: Client) -> None:
-    assert alice.request("resources/templates/list", {}).result["resourceTemplates"] == []
+def test_the_range_template_is_listed_and_a_forged_cursor_is_refused(alice: Client) -> None:
+    (template,) = alice.request("resources/templates/list", {}).result["resourceTemplates"]
+    assert template["uriTemplate"] == "mcp-tasks://artifacts/{id}/{name}{?offset,length}"
+    assert template["name"] == "artifact-range" and "16777216" in template["description"]
     refused = alice.request("resources/list", {"cursor": "not-a-cursor"}).error
     assert refused["code"] == codes.INVALID_PARAMS and refused["message"] == "Invalid cursor"

@@ -6,6 +6,8 @@ a message that says what is allowed, and writes nothing."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import signal
@@ -115,6 +117,12 @@ def file_attacks(stack: Stack, files: Path, outside: Path) -> list[str]:
     ]
 
 
+def read_artifact(client: Client, uri: str) -> bytes:
+    """An artifact's bytes, read with ``resources/read`` (base64 ``blob`` or ``text``)."""
+    [content] = client.request("resources/read", {"uri": uri}, name=uri).result["contents"]
+    return base64.b64decode(content["blob"]) if "blob" in content else str(content["text"]).encode()
+
+
 def refusals(client: Client, task_ids: list[str]) -> list[str]:
     return [tool_error(client.wait_status(task_id, timeout=60)) for task_id in task_ids]
 
@@ -163,6 +171,9 @@ def test_train_model_runs_on_the_gpu_queue_and_saves_a_model_whose_loss_decrease
         assert sorted(weights.files) == ["b1", "b2", "w1", "w2"]
         assert weights["w1"].shape == (2, 16)
     assert [p.name for p in model_path.parent.iterdir()] == ["moons.npz"]  # no temp file left
+    [link] = [block for block in done["result"]["content"] if block["type"] == "resource_link"]
+    assert link["name"] == "moons.npz" and result["weights"] == link["uri"]
+    assert read_artifact(client, link["uri"]) == model_path.read_bytes()
 
 
 def existing_model(stack: Stack, model_dir: str) -> tuple[str, Path]:
@@ -324,9 +335,16 @@ def test_search_logs_finds_exactly_the_matches_of_every_matching_file(
     assert result["files"] == result["files_scanned"] == 3
     assert result["lines_scanned"] == sum(LOG_FILES.values())
     assert result["match_count"] == len(expected) > 250
-    assert result["matches"] == expected
-    assert result["stopped_early"] is False and result["matches_truncated"] is False
+    assert result["stopped_early"] is False and result["matches_truncated"] is True
     assert "statusMessage" not in done  # finished: its last progress text is gone
+    # More than fit inline: the first 20 in the result, every match in the linked NDJSON file.
+    assert result["matches"] == expected[:20]
+    [link] = [block for block in done["result"]["content"] if block["type"] == "resource_link"]
+    assert link["name"] == "matches.ndjson" and link["mimeType"] == "application/x-ndjson"
+    assert result["matches_file"]["uri"] == link["uri"] and result["matches_file"]["complete"] is True
+    data = read_artifact(client, link["uri"])
+    assert len(data) == link["size"]
+    assert [json.loads(line) for line in data.decode().splitlines()] == expected
 
 
 def test_search_logs_asks_whether_to_continue_after_max_matches_and_stops_with_partial_results(

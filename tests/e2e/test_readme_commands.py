@@ -149,6 +149,8 @@ def test_every_marked_readme_command_runs_against_a_real_dev_stack(checkout: Pat
                 assert "completed" in out and "rows)" in out, out  # the counts themselves
             if "--answers answers.json" in command:
                 assert '"status": "completed"' in out and '"isError": false' in out, out
+            if "--save-artifacts out" in command:  # the weights' link, saved
+                assert "saved moons.npz" in out and (checkout / "out" / "moons.npz").stat().st_size > 0, out
     finally:
         dev.send_signal(signal.SIGINT)
         dev.wait(90)

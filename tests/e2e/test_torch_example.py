@@ -9,6 +9,7 @@ installed (scripts/test installs the CPU build in CI, on Python 3.11).
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import signal
@@ -112,4 +113,9 @@ def test_training_killed_mid_run_resumes_at_the_last_epoch_and_saves_the_model(t
     weights = torch.load(models / "runs" / "moons.pt", weights_only=True)
     assert weights["0.weight"].shape == (32, 2)
     assert os.listdir(models / "runs") == ["moons.pt"]  # no temp file left by the killed run
+    # The result links the weights: resources/read returns the model file's very bytes.
+    [link] = [block for block in done["result"]["content"] if block["type"] == "resource_link"]
+    assert link["name"] == "moons.pt" and result["weights"] == link["uri"]
+    [read] = client.request("resources/read", {"uri": link["uri"]}, name=link["uri"]).result["contents"]
+    assert base64.b64decode(read["blob"]) == (models / "runs" / "moons.pt").read_bytes()
     client.close()

@@ -10,8 +10,9 @@ loss and two-sided faults. There is no latency scenario: this machine kind's ker
 ``netem`` qdisc (``tc qdisc add … netem``: "Specified qdisc kind is unknown"), and a userspace
 delay would not be a packet fault. Packet loss is real: nftables ``numgen random``.
 
-``lease_self_fence=auto`` runs on a stack of its own (short form, ~60 s both): a worker cut off
-from Postgres alone fences (0 overlaps), an outage of Postgres itself fences nothing.
+Every stack runs the default ``lease_self_fence=auto``; its own stack (lease 6 s, short form
+~60 s both) shows the two cases it tells apart: a worker cut off from Postgres alone fences
+(0 overlaps), an outage of Postgres itself fences nothing.
 """
 
 from __future__ import annotations

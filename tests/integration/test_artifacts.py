@@ -4,9 +4,13 @@ and the collector's orphan sweep."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import os
+import secrets
+import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,7 +22,7 @@ from mcp_celery_tasks.errors import (
     ToolError,
 )
 from mcp_celery_tasks.maintenance import gc
-from mcp_celery_tasks.store import ApiStore, WorkerStore
+from mcp_celery_tasks.store import ApiStore, WorkerStore, artifact_queries
 from mcp_celery_tasks.store.artifact_calls import HalfWritten, NotOurs
 from mcp_celery_tasks.store.step_queries import CHUNK_BYTES
 from mcp_celery_tasks.tasks.artifacts import ArtifactService
@@ -80,24 +84,39 @@ async def test_another_principals_artifact_reads_as_unknown(api: ApiStore, store
     assert [a.artifact_id for a in await api.list_artifacts(OWNER, 10)] == [artifact_id]
 
 
-async def test_a_half_written_artifact_is_refused_and_not_listed(api: ApiStore, store: WorkerStore) -> None:
+async def test_an_upload_in_progress_is_refused_whole_and_a_failed_one_is_removed(
+    api: ApiStore, store: WorkerStore, db: Db
+) -> None:
     record = await running(api, store)
-    seen: list[str] = []
+    streaming, release = threading.Event(), threading.Event()
 
-    def chunks() -> object:
+    def chunks() -> Iterator[bytes]:
         yield b"x" * CHUNK_BYTES
-        rows = store._fetch(  # the row exists, incomplete, while the chunks stream in
-            "SELECT artifact_id FROM mcp_task_artifacts WHERE task_id = %(t)s", {"t": record.task_id}
-        )
-        seen.append(str(rows[0]["artifact_id"]))
+        yield b"y" * CHUNK_BYTES  # the first chunk is written once the second is asked for
+        streaming.set()
+        assert release.wait(10)
         raise OSError("disk gone")
 
-    with pytest.raises(OSError, match="disk gone"):
-        store.write_artifact(record.task_id, ME, "big.bin", "application/octet-stream", chunks())  # type: ignore[arg-type]
-
+    upload = asyncio.create_task(
+        asyncio.to_thread(
+            store.write_artifact, record.task_id, ME, "big.bin", "application/octet-stream", chunks()
+        )
+    )
+    assert await asyncio.to_thread(streaming.wait, 10)
+    (row,) = db.execute("SELECT artifact_id, size FROM mcp_task_artifacts").fetchall()
+    assert row["size"] == 2 * CHUNK_BYTES  # the quota counts an upload as it streams
     with pytest.raises(HalfWritten):
-        await api.artifact(seen[0], OWNER)
+        await api.artifact(row["artifact_id"], OWNER)
+    with pytest.raises(ResourceNotFound, match="upload is incomplete"):
+        await ArtifactService(api).read(f"{ARTIFACT_URI_PREFIX}{row['artifact_id']}/big.bin", OWNER, 1 << 30)
     assert await api.list_artifacts(OWNER, 10) == []
+
+    release.set()
+    with pytest.raises(OSError, match="disk gone"):
+        await upload
+    # Its own run removed it at once: nothing half-stored is left for the quota or the sweep.
+    assert db.execute("SELECT count(*) AS n FROM mcp_task_artifacts").fetchone() == {"n": 0}
+    assert db.execute("SELECT count(*) AS n FROM mcp_task_artifact_chunks").fetchone() == {"n": 0}
 
 
 async def test_a_worker_without_the_lease_writes_nothing(api: ApiStore, store: WorkerStore, db: Db) -> None:
@@ -157,16 +176,19 @@ async def test_the_orphan_sweep_removes_old_incomplete_artifacts_of_ended_tasks_
     api: ApiStore, store: WorkerStore, db: Db
 ) -> None:
     def half(task_id: str) -> str:
-        def chunks() -> object:
-            yield b"z" * 10
-            raise OSError("killed")
-
-        with pytest.raises(OSError):
-            store.write_artifact(task_id, ME, "half.bin", "application/octet-stream", chunks())  # type: ignore[arg-type]
-        rows = db.execute(
-            "SELECT artifact_id FROM mcp_task_artifacts WHERE task_id = %s", (task_id,)
-        ).fetchall()
-        return str(rows[0]["artifact_id"])
+        """What a job killed mid-upload leaves: the row and a chunk, as its statements wrote them
+        (a killed process runs no clean-up)."""
+        fence = {"task_id": task_id, "worker": ME, "artifact_id": secrets.token_urlsafe(18)}
+        created = {
+            **fence,
+            "name": "half.bin",
+            "mime_type": "application/octet-stream",
+            "storage": "postgres",
+        }
+        assert store._fetch(artifact_queries.CREATE_ARTIFACT, created)
+        chunk = {**fence, "n": 10, "max_bytes": 1 << 30, "quota": 0, "seq": 0, "data": b"z" * 10}
+        assert store._fetch(artifact_queries.INSERT_CHUNK, chunk)
+        return fence["artifact_id"]
 
     ended = await running(api, store)
     ended_half = half(ended.task_id)
@@ -214,11 +236,17 @@ async def test_the_read_service_refuses_what_is_too_large_and_answers_one_error_
     link = JobArtifacts(store, record.task_id, ME).publish("out.txt", "x" * 100)
     service = ArtifactService(api)
 
-    found, data = await service.read(link["uri"], OWNER, max_bytes=100)
-    assert found.name == "out.txt" and data == b"x" * 100
+    read = await service.read(link["uri"], OWNER, max_bytes=100)
+    assert read.record.name == "out.txt" and read.data == b"x" * 100 and not read.ranged
     with pytest.raises(InvalidParams, match="MAX_READ_BYTES = 99") as too_large:
         await service.read(link["uri"], OWNER, max_bytes=99)
-    assert too_large.value.data == {"uri": link["uri"], "size": 100, "maxReadBytes": 99}
+    assert too_large.value.data == {
+        "uri": link["uri"],
+        "size": 100,
+        "maxReadBytes": 99,
+        "uriTemplate": "mcp-tasks://artifacts/{id}/{name}{?offset,length}",
+    }
+    assert f"{link['uri']}?offset=<n>&length=<m>" in too_large.value.message
 
     renamed = link["uri"].replace("/out.txt", "/other.txt")
     answers = []

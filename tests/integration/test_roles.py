@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
+from mcp_celery_tasks.errors import ArtifactRefused
 from mcp_celery_tasks.maintenance.gc import collect_garbage
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, WorkerStore, roles, schema
@@ -274,13 +275,17 @@ async def test_artifacts_are_written_by_the_worker_read_by_the_api_and_swept_by_
             " VALUES (%s, %s, 'anon', 'x', '{}', 'working', 1, 1, 'q', 1, '2026-07-28', '{}', 'me')",
             (task_id, f"j-{task_id}"),
         )
-    worker = WorkerStore(Settings(database_url=login("mcp_tasks_worker")))
+    worker_settings = Settings(database_url=login("mcp_tasks_worker"), max_artifact_bytes=2 * 1024 * 1024)
+    worker = WorkerStore(worker_settings)
     try:
-        link = JobArtifacts(worker, task_id, "me").publish("a.txt", "x" * 10)
+        link = JobArtifacts(worker, task_id, "me", worker_settings).publish("a.txt", "x" * 10)
+        with pytest.raises(ArtifactRefused):  # its run removes a refused upload, chunks and all
+            JobArtifacts(worker, task_id, "me", worker_settings).publish("big.bin", b"y" * (3 * 1024 * 1024))
     finally:
         worker.close()
-    worker_dsn = login("mcp_tasks_worker")
-    _denied(worker_dsn, "DELETE FROM mcp_task_artifacts WHERE false")  # an artifact is never rewritten
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM mcp_task_artifacts").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM mcp_task_artifact_chunks").fetchone() == (1,)
     api = ApiStore(Settings(database_url=login("mcp_tasks_api")))
     await api.open()
     try:

@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
         ("line\nbreak", "control character"),
         ("nul\x00", "control character"),
         ("del\x7f", "control character"),
+        ("report.txt?offset=0", "'?' or '#'"),  # would read as a ranged uri
+        ("a#b", "'?' or '#'"),
         ("x" * (MAX_ARTIFACT_NAME_CHARS + 1), f"at most {MAX_ARTIFACT_NAME_CHARS}"),
     ],
 )

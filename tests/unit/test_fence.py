@@ -33,9 +33,9 @@ def test_the_environment_spells_the_mode_old_booleans_included(
     assert Settings().lease_self_fence == mode
 
 
-def test_the_default_is_off_and_a_bool_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_is_auto_and_a_bool_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MCP_TASKS_LEASE_SELF_FENCE", raising=False)
-    assert Settings().lease_self_fence == "off"
+    assert Settings().lease_self_fence == "auto"
     assert Settings(lease_self_fence=True).lease_self_fence == "on"
     assert Settings(lease_self_fence=False).lease_self_fence == "off"
 

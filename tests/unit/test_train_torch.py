@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -66,6 +67,10 @@ def test_training_saves_weights_that_load_and_a_decline_keeps_the_file(models: P
     state = torch.load(models / "runs" / "m.pt", weights_only=True)
     assert state["0.weight"].shape == (32, 2)
     before = (models / "runs" / "m.pt").read_bytes()
+    content = cast(list[dict[str, Any]], (run.result or {})["content"])
+    [link] = [block for block in content if block["type"] == "resource_link"]
+    assert link["name"] == "m.pt" and result["weights"] == link["uri"]
+    assert run.artifacts[link["uri"]] == before and link["size"] == len(before)  # the file's very bytes
     kept = run_tool(
         train_torch,
         {"model": "runs/m", "epochs": 1},
