@@ -46,7 +46,9 @@ def console(template_db: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         dsn,
         support.REDIS_URL,
         suffix,
-        MCP_TASKS_TOOL_MODULES='["tests.fixtures.conformance", "tests.fixtures.console"]',
+        MCP_TASKS_TOOL_MODULES=json.dumps(
+            ["tests.fixtures.conformance", "tests.fixtures.console", "tests.fixtures.artifacts"]
+        ),
         MCP_TASKS_CONSOLE_ENABLED="true",
         MCP_TASKS_CONSOLE_ADMIN_TOKENS=json.dumps({"ops": hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()}),
         MCP_TASKS_AUTH_TOKENS=json.dumps({"alice": ALICE_TOKEN, XSS_NAME: XSS_TOKEN}),
@@ -327,6 +329,19 @@ def test_a_tasks_question_and_its_answer_show_on_its_page(page: Any, console: di
     page.reload()  # the inputs table is drawn by the server: answered now, with the answer
     assert "answered" in page.locator("#inputs tbody tr").first.inner_text()
     assert '"confirm": true' in page.inner_text("#input-answer-1")
+
+
+def test_a_tasks_artifacts_are_listed_on_its_page_by_name_never_by_content(
+    page: Any, console: dict[str, Any]
+) -> None:
+    name = "<svg onload=alert(3)>.txt"
+    task_id = console["alice"].start("publish_text", {"text": "secret weights", "name": name})
+    console["alice"].wait_status(task_id)
+    page.goto(f"/console/tasks/{_job_of(console, task_id)}")
+    listed = page.inner_text("#artifacts")
+    assert name in listed and "text/plain" in listed and "14 bytes" in listed
+    assert "secret weights" not in page.inner_text("#artifacts")
+    assert page.locator("main svg").count() == 0
 
 
 def test_an_admin_cancels_a_task_and_sees_the_audit_row(page: Any, console: dict[str, Any]) -> None:
