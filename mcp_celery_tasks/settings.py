@@ -27,7 +27,7 @@ FenceMode = typing.Literal["off", "on", "auto"]
 """``lease_self_fence`` (``broker.fencing``)."""
 _BOOLEAN_FENCE = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
 
-API_ONLY_SECRETS = ("secret_keys", "auth_tokens", "jwt_public_key", "metrics_token")
+API_ONLY_SECRETS = ("secret_keys", "auth_tokens", "jwt_public_key", "metrics_token", "console_admin_tokens")
 """Settings only the API process uses: workers, beat and admin commands never need them, so
 ``worker`` drops them from its environment (a tool could otherwise read them)."""
 
@@ -418,6 +418,12 @@ class Settings(BaseSettings):
     metrics_token: str | None = None
     """Bearer token that reads ``/metrics`` from anywhere. Unset, ``/metrics`` answers only
     clients on a loopback address (behind a trusted proxy: the forwarded client), 403 to others."""
+    console_enabled: bool = False
+    """Serve the admins' web console at ``/console`` of the API (``docs/console/``)."""
+    console_admin_tokens: dict[str, str] = Field(default_factory=dict)
+    """Console admins, ``{"name": "<sha256 hex of the token>"}`` (only hashes: ``python -c
+    "import hashlib;print(hashlib.sha256(b'TOKEN').hexdigest())"``); the actor is ``admin:<name>``.
+    A tool caller's token never opens the console."""
     worker_metrics_port: int | None = None
     """Port where a worker serves its (prefork-merged) Prometheus metrics; off when unset."""
 

@@ -123,7 +123,7 @@ class MemoryApiStore:
         async with self._state_read:
             self._state_read.notify_all()  # the waiter runs once the caller has used the rows
         return [
-            (t, row.status, row.status_message, row.last_updated_at, 0)
+            (t, row.status, row.status_message, row.last_updated_at, 0, None)
             for t in task_ids
             if (row := self.rows.get(t)) is not None
         ]

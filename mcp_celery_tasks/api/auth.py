@@ -174,6 +174,17 @@ class Authenticator:
             raise Unauthorized("the token lacks a scope every request needs")
         return Identity(f"jwt:{claims['iss']}#{claims['sub']}", scopes)
 
+    def calls_tools(self, token: str) -> bool:
+        """Whether ``token`` opens the MCP endpoint (a static token, a valid JWT): the console
+        refuses such a token rather than take it for an admin's."""
+        if not self.settings.auth_enabled:
+            return False
+        try:
+            self.identity(f"Bearer {token}")
+        except Unauthorized:
+            return False
+        return True
+
     def challenge(self, base_url: str, error: str) -> str:
         """The ``WWW-Authenticate`` value of a 401 (``error`` is fixed text of this module)."""
         value = 'Bearer realm="mcp"'

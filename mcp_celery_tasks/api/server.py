@@ -30,6 +30,7 @@ from mcp_celery_tasks.api import compose as composition
 from mcp_celery_tasks.api import intake, streams
 from mcp_celery_tasks.api.auth import ANONYMOUS, METADATA_PATH, Authenticator, Identity, Unauthorized
 from mcp_celery_tasks.api.gate import Gate
+from mcp_celery_tasks.console import console_routes
 from mcp_celery_tasks.errors import (
     InfrastructureError,
     InternalError,
@@ -146,9 +147,10 @@ embedding's own reference (``embed.mount``)."""
 def create_server(settings: Settings) -> FastAPI:
     """The ASGI app. The services start with the lifespan (``app.running``)."""
     app = _app(settings)
-    add_mcp_routes(
-        app, settings, path="/mcp", gate=Gate(Authenticator(settings)), services_of=_lifespan_services
-    )
+    authenticator = Authenticator(settings)
+    add_mcp_routes(app, settings, path="/mcp", gate=Gate(authenticator), services_of=_lifespan_services)
+    if settings.console_enabled:
+        app.router.routes[0:0] = console_routes(settings, authenticator.calls_tools, _lifespan_services)
     _health_routes(app, migrate.head_revision())
     if settings.metrics_enabled:
         app.add_api_route("/metrics", _Prometheus(settings.metrics_token), methods=["GET"])

@@ -28,6 +28,7 @@ from mcp_celery_tasks.store import (
 )
 from mcp_celery_tasks.store._conninfo import connect_kwargs
 from mcp_celery_tasks.store.artifact_calls import ArtifactReads
+from mcp_celery_tasks.store.console_calls import ConsoleReads
 from mcp_celery_tasks.store.fleet import DemandRow
 from mcp_celery_tasks.store.quota_calls import QuotaReads
 from mcp_celery_tasks.store.records import (
@@ -58,7 +59,7 @@ _TASK = args_row(TaskRecord)
 _INPUT = args_row(InputRecord)
 
 
-class ApiStore(ArtifactReads, QuotaReads):
+class ApiStore(ArtifactReads, ConsoleReads, QuotaReads):
     """Async store operations used by the HTTP front end."""
 
     def __init__(self, settings: Settings) -> None:
@@ -283,8 +284,9 @@ class ApiStore(ArtifactReads, QuotaReads):
         return await self._rows(queries.GET_TASKS, {"task_ids": list(task_ids)}, _TASK)
 
     async def task_states(self, task_ids: Sequence[str]) -> list[tuple[Any, ...]]:
-        """``(task_id, status, status_message, last_updated_at, log_seq)`` of those of
-        ``task_ids`` that exist: what the event hub compares between its re-reads."""
+        """``(task_id, status, status_message, last_updated_at, log_seq, finished_at)`` of those
+        of ``task_ids`` that exist: what the event hub compares between its re-reads
+        (``finished_at``: a cancelled job's worker stopped, which the console shows)."""
         return await self._rows(queries.TASK_STATES, {"task_ids": list(task_ids)}, tuple_row)
 
     async def outstanding_inputs(self, task_id: str) -> list[InputRecord]:

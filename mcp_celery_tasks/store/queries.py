@@ -122,7 +122,7 @@ FROM mcp_tasks WHERE task_id = ANY(%(task_ids)s)
 # What the event hub compares to notice a change that sent no NOTIFY (statusMessage, progress,
 # logs): a few narrow columns, not the row with its arguments and result.
 TASK_STATES: Final[LiteralString] = """
-SELECT task_id, status, status_message, last_updated_at, log_seq
+SELECT task_id, status, status_message, last_updated_at, log_seq, finished_at
 FROM mcp_tasks WHERE task_id = ANY(%(task_ids)s)
 """
 

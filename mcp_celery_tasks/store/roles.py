@@ -53,12 +53,14 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_task_artifact_chunks": _READ,
         "mcp_sessions": _ALL,
         "mcp_spent_request_states": ("SELECT", "INSERT", "UPDATE"),  # a state's one use
-        "mcp_principal_limits": _READ,
+        "mcp_principal_limits": _READ,  # never written: the console's edits need the admin role
         "mcp_tool_limits": _READ,  # the fair release applies tool concurrency overrides
         "mcp_principal_buckets": _WRITE,  # creates per second, shared by the replicas
         "mcp_api_load": _ALL,  # its requests in progress, and the others'
         "mcp_maintenance": _ALL,  # the publisher records the broker's outages, and their ends
         "mcp_tasks_overview": _READ,
+        "mcp_limit_changes": _READ,  # the console's audit page shows them
+        "mcp_console_actions": ("SELECT", "INSERT"),  # the console's audit: appended, never changed
         "mcp_workers": _READ,  # the demand gauges: live workers' queues and slots
         "mcp_queue_demand": _READ,
         "alembic_version": _READ,  # readiness compares the schema with the code's head
@@ -110,6 +112,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_principal_buckets": _ALL,
         "mcp_api_load": _ALL,
         "mcp_limit_changes": ("SELECT", "INSERT"),  # the audit is appended to, never rewritten
+        "mcp_console_actions": ("SELECT", "INSERT"),  # likewise
         "mcp_maintenance": _ALL,
         "mcp_workers": _ALL,
         "mcp_tasks_overview": _READ,

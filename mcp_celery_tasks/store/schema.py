@@ -36,6 +36,7 @@ __all__ = [
     "api_load",
     "artifact_chunks",
     "artifacts",
+    "console_actions",
     "limit_changes",
     "maintenance",
     "metadata",
@@ -206,6 +207,13 @@ tasks = Table(
             "concurrency_limit IS NOT NULL AND dispatched_at IS NOT NULL AND suspended_at IS NULL"
             f" AND status IN {lifecycle.sql_list(lifecycle.ACTIVE)}"
         ),
+    ),
+    # Migration 0023: the console's keyset list (newest first) and its overview's failures.
+    Index("ix_mcp_tasks_created_at_job_id", "created_at", "job_id"),
+    Index(
+        "ix_mcp_tasks_failures",
+        "finished_at",
+        postgresql_where=text("status = 'failed' OR error_kind IS NOT NULL OR stop_reason IS NOT NULL"),
     ),
     Index(
         "ix_mcp_tasks_session_created_at",
@@ -445,3 +453,20 @@ artifact_chunks = Table(
     Column("data", LargeBinary, nullable=False),
     PrimaryKeyConstraint("artifact_id", "seq"),
 )
+
+# ---- the admins' web console (migration 0023) -------------------------------------------------
+
+console_actions = Table(
+    "mcp_console_actions",
+    metadata,
+    Column("id", BigInteger, Identity(), nullable=False),
+    Column("acted_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("actor", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("target", Text, nullable=False),
+    Column("affected", Integer, nullable=False),
+    Column("detail", JSONB, nullable=True),
+    PrimaryKeyConstraint("id"),
+)
+"""Each console action: who (``admin:<name>``), when, what (``cancel``), its target (a job id)
+and how many rows it changed."""

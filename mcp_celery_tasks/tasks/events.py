@@ -35,7 +35,8 @@ class TaskEvents:
         self._poll_s = poll_s
         self._polled: dict[str, int] = {}
         self._last_seen: dict[str, list[object]] = {}
-        """Per watched task: status, statusMessage, lastUpdatedAt and log count at the last re-read."""
+        """Per watched task: status, statusMessage, lastUpdatedAt, log count and finishedAt at the
+        last re-read."""
         self._poller: asyncio.Task[None] | None = None
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None

@@ -81,6 +81,22 @@ def test_no_role_but_the_admin_writes_the_principal_limits(login: Login) -> None
     admin.close()
 
 
+async def test_the_consoles_audit_is_appended_by_the_api_but_limits_stay_the_admins(login: Login) -> None:
+    from mcp_celery_tasks.store.console_calls import NotPermitted
+
+    api = ApiStore(Settings(database_url=login("mcp_tasks_api")))
+    await api.open()
+    try:
+        await api.record_console_action("admin:ops", "cancel", "job-1", 1)
+        with pytest.raises(NotPermitted, match="tasks limits set"):
+            await api.console_set_limits("token:x", "admin:ops", {"max_active_tasks": 1})
+        actions, changes = await api.console_audit()
+        assert [a["target"] for a in actions] == ["job-1"] and changes == []
+    finally:
+        await api.close()
+    _denied(login("mcp_tasks_api"), "DELETE FROM mcp_console_actions")
+
+
 def test_a_worker_can_neither_create_nor_delete_tasks_nor_touch_sessions(login: Login) -> None:
     worker = login("mcp_tasks_worker")
     _denied(worker, "DELETE FROM mcp_tasks")

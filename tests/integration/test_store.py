@@ -667,12 +667,12 @@ async def test_task_states_are_the_narrow_columns_the_event_hub_compares(
     record = await running(api, worker_store)
     missing = secrets.token_urlsafe(24)
 
-    [(task_id, status, message, updated, logs)] = await api.task_states([record.task_id, missing])
-    assert (task_id, status, message, logs) == (record.task_id, "working", None, 0)
+    [(task_id, status, message, updated, logs, finished)] = await api.task_states([record.task_id, missing])
+    assert (task_id, status, message, logs, finished) == (record.task_id, "working", None, 0, None)
 
     # Neither a report nor a log sends a NOTIFY: the hub sees them only in these columns.
     assert worker_store.report(record.task_id, ME, "epoch 1 of 3", progress=1, total=3)
     assert worker_store.log(record.task_id, ME, "info", None, {"msg": "hello"}, max_logs=10)
-    [(_, status, message, later, logs)] = await api.task_states([record.task_id])
+    [(_, status, message, later, logs, _)] = await api.task_states([record.task_id])
     assert (status, message, logs) == ("working", "epoch 1 of 3", 1)
     assert later > updated

@@ -26,7 +26,10 @@ LAYERS: dict[str, frozenset[str]] = {
     "worker": frozenset({"root", "telemetry", "store", "tools", "broker", "maintenance"}),
     "tasks": frozenset({"root", "telemetry", "store", "tools"}),
     "protocol": frozenset({"root", "telemetry", "store", "tools", "tasks"}),
-    "api": frozenset({"root", "telemetry", "store", "tools", "broker", "backlog", "tasks", "protocol"}),
+    "api": frozenset(
+        {"root", "telemetry", "store", "tools", "broker", "backlog", "tasks", "protocol", "console"}
+    ),
+    "console": frozenset({"root", "store", "tools", "tasks", "protocol", "client"}),
     "cli": frozenset(
         {"root", "telemetry", "store", "tools", "broker", "worker", "tasks", "protocol", "api", "client"}
     ),
@@ -39,7 +42,9 @@ leaves (errors, lifecycle, settings, wire, transient) are the floor; ``celery_ma
 point of Celery's own tools. The server side (tasks, protocol, api) and the worker side (worker,
 maintenance) meet only in the folders both stand on. ``testing`` (the shipped test kit) runs the
 worker side in memory: nothing imports it. ``contrib`` holds the optional framework
-integrations (the Django admin app): nothing imports them either."""
+integrations (the Django admin app): nothing imports them either. ``console`` (the admins' web
+pages) is mounted by ``api.server`` and stands on what the API does (it borrows the client's
+``terminal.plain`` for untrusted text)."""
 ENTRY_MODULES = frozenset({f"{PACKAGE}.celery_main"})
 SERVER_FOLDERS = frozenset({"tasks", "protocol", "api"})
 WORKER_FOLDERS = frozenset({"worker", "maintenance"})

@@ -1,0 +1,91 @@
+"""The task list's filters as URL query parameters, so a saved filter is a URL.
+
+``?status=failed&tool=train&owner=token:alice&queue=gpu&since=2026-12-03T10:00&until=…&job=ab12``
+and the keyset cursor ``before=<created_at ISO>~<job_id>`` (the last row of the page shown). An
+unknown status or an unreadable time is a ``BadFilter`` (HTTP 400), never ignored: a filter that
+silently widened would show an admin the wrong tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from urllib.parse import urlencode
+
+from mcp_celery_tasks.store.console_calls import TaskFilter
+from mcp_celery_tasks.store.console_queries import STATUS_FILTERS
+
+__all__ = ["FIELDS", "PAGE_ROWS", "STATUSES", "BadFilter", "cursor", "page_size", "parse", "query"]
+
+STATUSES = tuple(STATUS_FILTERS)
+FIELDS = ("status", "tool", "owner", "queue", "since", "until", "job", "limit")
+PAGE_ROWS = 50
+MAX_PAGE_ROWS = 500
+MAX_FIELD_CHARS = 256
+
+
+class BadFilter(ValueError):
+    """A query parameter the list cannot apply (its message is shown on the page)."""
+
+
+def _when(name: str, value: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadFilter(f"{name}: not a date and time (2026-12-03T10:00)") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def parse(params: Mapping[str, str]) -> TaskFilter:
+    """The filter a list URL names (empty values mean no filter)."""
+    given = {name: params[name].strip() for name in (*FIELDS, "before") if params.get(name, "").strip()}
+    for name, value in given.items():
+        if len(value) > MAX_FIELD_CHARS:
+            raise BadFilter(f"{name}: at most {MAX_FIELD_CHARS} characters")
+    status = given.get("status")
+    if status is not None and status not in STATUS_FILTERS:
+        raise BadFilter(f"status: one of {', '.join(STATUSES)}")
+    before = None
+    if "before" in given:
+        at, sep, job = given["before"].rpartition("~")
+        if not sep or not job:
+            raise BadFilter("before: not a page cursor")
+        before = (_when("before", at), job)
+    return TaskFilter(
+        status=status,
+        tool=given.get("tool"),
+        owner=given.get("owner"),
+        queue=given.get("queue"),
+        since=_when("since", given["since"]) if "since" in given else None,
+        until=_when("until", given["until"]) if "until" in given else None,
+        job=given.get("job"),
+        before=before,
+    )
+
+
+def page_size(params: Mapping[str, str]) -> int:
+    """``?limit=N`` rows a page (default ``PAGE_ROWS``, at most ``MAX_PAGE_ROWS``)."""
+    given = params.get("limit", "").strip()
+    if not given:
+        return PAGE_ROWS
+    if not given.isdigit() or not 1 <= int(given) <= MAX_PAGE_ROWS:
+        raise BadFilter(f"limit: a number of rows from 1 to {MAX_PAGE_ROWS}")
+    return int(given)
+
+
+def query(params: Mapping[str, str], **changes: str | None) -> str:
+    """The list's query string with ``changes`` applied (None drops a parameter)."""
+    kept = {name: params[name] for name in (*FIELDS, "before") if params.get(name)}
+    for name, value in changes.items():
+        if value is None:
+            kept.pop(name, None)
+        else:
+            kept[name] = value
+    return urlencode(kept)
+
+
+def cursor(row: Mapping[str, object]) -> str:
+    """The ``before`` value that continues after ``row``."""
+    created = row["created_at"]
+    assert isinstance(created, datetime)
+    return f"{created.isoformat()}~{row['job_id']}"

@@ -1,0 +1,293 @@
+"""The console's routes under ``/console``: overview, task list, task detail with its live
+stream, cancel, the audit, sign-in and out, and the static script and style sheet.
+
+Every page needs a signed-in admin (``security``); a GET without one goes to the sign-in form, a
+POST without one, or without its CSRF token, is refused (401/403) and changes nothing. Tasks are
+named by job id; their task ids stay in the server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from importlib.resources import files
+from urllib.parse import parse_qs, quote, urlencode
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from mcp_celery_tasks.console import listing, live
+from mcp_celery_tasks.console.limits import FIELDS, parse_limits
+from mcp_celery_tasks.console.render import render
+from mcp_celery_tasks.console.security import (
+    HEADERS,
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    SESSION_S,
+    Admin,
+    Refused,
+    Sessions,
+    ToolCaller,
+)
+from mcp_celery_tasks.console.views import task_view
+from mcp_celery_tasks.errors import InfrastructureError
+from mcp_celery_tasks.json_types import JSONValue
+from mcp_celery_tasks.protocol.services import Services
+from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.store.console_calls import NotPermitted
+
+__all__ = ["PREFIX", "console_routes"]
+
+logger = logging.getLogger("mcp_celery_tasks.console")
+
+PREFIX = "/console"
+MAX_FORM_BYTES = 16_384
+_STATIC = {"console.js": "text/javascript", "console.css": "text/css"}
+
+ServicesOf = Callable[[Request], Services]
+Handler = Callable[[Request, Admin], Awaitable[Response]]
+
+
+def _html(body: str, status: int = 200) -> Response:
+    return HTMLResponse(body, status_code=status, headers=HEADERS)
+
+
+def _refusal(refused: Refused) -> Response:
+    return _html(render("refused.html", message=str(refused), prefix=PREFIX), refused.status)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A urlencoded form body (bounded); the first value of each field."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise Refused(413, "the form is too large")
+    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {name: values[0] for name, values in fields.items()}
+
+
+class Console:
+    def __init__(self, settings: Settings, is_tool_caller: ToolCaller, services_of: ServicesOf) -> None:
+        self.sessions = Sessions(settings, is_tool_caller)
+        self.services_of = services_of
+        self.secure_default = settings.resource_url is not None and settings.resource_url.startswith("https")
+
+    def _admin(self, request: Request) -> Admin:
+        authorization = request.headers.get("authorization")
+        if authorization:
+            return self.sessions.bearer(authorization)
+        return self.sessions.admin(request.cookies.get(SESSION_COOKIE))
+
+    def page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        """A GET page for admins: the sign-in form for anyone else."""
+
+        async def endpoint(request: Request) -> Response:
+            try:
+                admin = self._admin(request)
+            except Refused as refused:
+                if refused.status == 401 and "authorization" not in request.headers:
+                    back = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+                    return RedirectResponse(f"{PREFIX}/login?next={back}", 303, headers=HEADERS)
+                return _refusal(refused)
+            try:
+                return await handler(request, admin)
+            except listing.BadFilter as bad:
+                return _refusal(Refused(400, str(bad)))
+            except InfrastructureError:
+                return _refusal(Refused(503, "the task database is unavailable; try again shortly"))
+
+        return endpoint
+
+    def action(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        """A POST for admins with the session's CSRF token; refused (and nothing done) otherwise."""
+
+        async def endpoint(request: Request) -> Response:
+            try:
+                admin = self._admin(request)
+                form = await _form(request)
+                self.sessions.check_csrf(admin, form.get("csrf"))
+                request.state.form = form
+                return await handler(request, admin)
+            except Refused as refused:
+                return _refusal(refused)
+            except NotPermitted as denied:
+                return _refusal(Refused(403, str(denied)))
+            except InfrastructureError:
+                return _refusal(Refused(503, "the task database is unavailable; try again shortly"))
+
+        return endpoint
+
+    # ---- sign-in ---------------------------------------------------------------------------
+
+    def _secure(self, request: Request) -> bool:
+        return request.url.scheme == "https" or self.secure_default
+
+    async def login_form(self, request: Request) -> Response:
+        nonce = self.sessions.login_nonce()
+        page = render(
+            "login.html", prefix=PREFIX, csrf=nonce, next=_next(request.query_params.get("next")), error=""
+        )
+        response = _html(page)
+        response.set_cookie(
+            LOGIN_COOKIE, nonce, max_age=600, path=PREFIX, httponly=True, samesite="strict",
+            secure=self._secure(request),
+        )  # fmt: skip
+        return response
+
+    async def login(self, request: Request) -> Response:
+        try:
+            form = await _form(request)
+            self.sessions.check_login_nonce(request.cookies.get(LOGIN_COOKIE), form.get("csrf"))
+            name = self.sessions.admin_name(form.get("token", ""))
+        except Refused as refused:
+            nonce = self.sessions.login_nonce()
+            page = render("login.html", prefix=PREFIX, csrf=nonce, next=f"{PREFIX}/", error=str(refused))
+            response = _html(page, refused.status)
+            response.set_cookie(
+                LOGIN_COOKIE, nonce, max_age=600, path=PREFIX, httponly=True, samesite="strict",
+                secure=self._secure(request),
+            )  # fmt: skip
+            return response
+        logger.info("console: admin:%s signed in", name)
+        response = RedirectResponse(_next(form.get("next")), 303, headers=HEADERS)
+        response.set_cookie(
+            SESSION_COOKIE, self.sessions.issue(name), max_age=SESSION_S, path=PREFIX, httponly=True,
+            samesite="strict", secure=self._secure(request),
+        )  # fmt: skip
+        response.delete_cookie(LOGIN_COOKIE, path=PREFIX)
+        return response
+
+    async def logout(self, request: Request, admin: Admin) -> Response:
+        response = RedirectResponse(f"{PREFIX}/login", 303, headers=HEADERS)
+        response.delete_cookie(SESSION_COOKIE, path=PREFIX)
+        return response
+
+    # ---- pages -----------------------------------------------------------------------------
+
+    async def overview(self, request: Request, admin: Admin) -> Response:
+        services = self.services_of(request)
+        sections = await services.store.console_overview()
+        return _html(render("overview.html", prefix=PREFIX, admin=admin, **sections))
+
+    async def tasks(self, request: Request, admin: Admin) -> Response:
+        params = dict(request.query_params)
+        where = listing.parse(params)
+        page = await self.services_of(request).store.console_tasks(where, listing.page_size(params))
+        older = listing.query(params, before=listing.cursor(page.rows[-1])) if page.more else None
+        shown = [str(row["job_id"]) for row in page.rows]
+        follow = urlencode([("job", job) for job in shown]) if 0 < len(shown) <= live.MAX_LIVE_ROWS else ""
+        newest = listing.query(params, before=None) if where.before is not None else None
+        return _html(
+            render(
+                "tasks.html",
+                prefix=PREFIX,
+                admin=admin,
+                rows=page.rows,
+                params=params,
+                statuses=listing.STATUSES,
+                older=older,
+                newest=newest,
+                follow=follow,
+            )
+        )
+
+    async def task(self, request: Request, admin: Admin) -> Response:
+        detail = await self.services_of(request).store.console_task(request.path_params["job_id"])
+        if detail is None:
+            return _refusal(Refused(404, "no such job (it may have expired)"))
+        return _html(render("task.html", prefix=PREFIX, admin=admin, **task_view(detail)))
+
+    async def task_live(self, request: Request, admin: Admin) -> Response:
+        services = self.services_of(request)
+        job_id = request.path_params["job_id"]
+        detail = await services.store.console_task(job_id)
+        if detail is None:
+            return _refusal(Refused(404, "no such job (it may have expired)"))
+        task_id = str(detail.task["task_id"])
+        return StreamingResponse(
+            live.changes(services, task_id, job_id),
+            media_type="text/event-stream",
+            headers={**HEADERS, "X-Accel-Buffering": "no"},
+        )
+
+    async def tasks_live(self, request: Request, admin: Admin) -> Response:
+        jobs = list(dict.fromkeys(request.query_params.getlist("job")))[: live.MAX_LIVE_ROWS]
+        return StreamingResponse(
+            live.row_changes(self.services_of(request), jobs),
+            media_type="text/event-stream",
+            headers={**HEADERS, "X-Accel-Buffering": "no"},
+        )
+
+    async def cancel(self, request: Request, admin: Admin) -> Response:
+        services = self.services_of(request)
+        job_id = request.path_params["job_id"]
+        detail = await services.store.console_task(job_id)
+        if detail is None:
+            return _refusal(Refused(404, "no such job (it may have expired)"))
+        reason = request.state.form.get("reason", "").strip()[:500] or "cancelled by an operator"
+        owner = str(detail.task["owner"])
+        outcome = await services.tasks.cancel(str(detail.task["task_id"]), owner, f"{reason} ({admin.actor})")
+        affected = 1 if outcome.cancelled_now else 0
+        await services.store.record_console_action(
+            admin.actor, "cancel", job_id, affected, {"reason": reason}
+        )
+        logger.info("console: %s cancelled job %s (%d changed)", admin.actor, job_id, affected)
+        return RedirectResponse(f"{PREFIX}/tasks/{quote(job_id)}", 303, headers=HEADERS)
+
+    async def limits(self, request: Request, admin: Admin) -> Response:
+        rows = await self.services_of(request).store.principal_limits()
+        fields = {name: label for name, (label, _, _) in FIELDS.items()}
+        return _html(render("limits.html", prefix=PREFIX, admin=admin, rows=rows, fields=fields))
+
+    async def set_limits(self, request: Request, admin: Admin) -> Response:
+        principal, limits = parse_limits(request.state.form)
+        store = self.services_of(request).store
+        await store.console_set_limits(principal, admin.actor, limits)
+        detail: dict[str, JSONValue] = {
+            name: value for name, value in limits.items() if isinstance(value, int | float | str)
+        }
+        await store.record_console_action(admin.actor, "set limits", f"principal {principal}", 1, detail)
+        logger.info("console: %s changed the limits of %s: %s", admin.actor, principal, sorted(limits))
+        return RedirectResponse(f"{PREFIX}/limits", 303, headers=HEADERS)
+
+    async def audit(self, request: Request, admin: Admin) -> Response:
+        actions, limits = await self.services_of(request).store.console_audit()
+        return _html(render("audit.html", prefix=PREFIX, admin=admin, actions=actions, limits=limits))
+
+    async def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _STATIC:
+            return Response(status_code=404, headers=HEADERS)
+        body = files("mcp_celery_tasks.console").joinpath("static", name).read_bytes()
+        return Response(body, media_type=_STATIC[name], headers={**HEADERS, "Cache-Control": "max-age=300"})
+
+
+def _next(target: str | None) -> str:
+    """Where to go after signing in: a console path only (never another site)."""
+    if target and target.startswith(PREFIX + "/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return f"{PREFIX}/"
+
+
+def console_routes(settings: Settings, is_tool_caller: ToolCaller, services_of: ServicesOf) -> list[Route]:
+    """The console's routes, to be put in front of the app's. ``is_tool_caller(token)``: whether
+    a token opens the MCP endpoint (the console refuses such a token with 403)."""
+    console = Console(settings, is_tool_caller, services_of)
+    return [
+        Route(PREFIX, lambda request: RedirectResponse(f"{PREFIX}/", 307), methods=["GET"]),
+        Route(f"{PREFIX}/", console.page(console.overview), methods=["GET"]),
+        Route(f"{PREFIX}/login", console.login_form, methods=["GET"]),
+        Route(f"{PREFIX}/login", console.login, methods=["POST"]),
+        Route(f"{PREFIX}/logout", console.action(console.logout), methods=["POST"]),
+        Route(f"{PREFIX}/tasks", console.page(console.tasks), methods=["GET"]),
+        Route(f"{PREFIX}/tasks/live", console.page(console.tasks_live), methods=["GET"]),
+        Route(f"{PREFIX}/tasks/{{job_id}}", console.page(console.task), methods=["GET"]),
+        Route(f"{PREFIX}/tasks/{{job_id}}/live", console.page(console.task_live), methods=["GET"]),
+        Route(f"{PREFIX}/tasks/{{job_id}}/cancel", console.action(console.cancel), methods=["POST"]),
+        Route(f"{PREFIX}/limits", console.page(console.limits), methods=["GET"]),
+        Route(f"{PREFIX}/limits", console.action(console.set_limits), methods=["POST"]),
+        Route(f"{PREFIX}/audit", console.page(console.audit), methods=["GET"]),
+        Route(f"{PREFIX}/static/{{name}}", console.static, methods=["GET"]),
+    ]

@@ -1,0 +1,105 @@
+"""The SQL of the admins' web console (``mcp_celery_tasks.console``). The overview reuses the
+``tasks top`` statements of ``admin_queries``; what is here is the console's own: the keyset
+task list, one task by its job id, and the audit of console actions (migration 0023).
+
+The list's WHERE clause is assembled from the fixed fragments below, one per filter in use, never
+``%(x)s IS NULL OR …``: under a generic plan (psycopg prepares a statement after five runs) such a
+disjunction hides every index. Job ids, never task ids, name tasks here: task ids are bearer-like
+and stay out of pages and URLs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final, LiteralString
+
+__all__: list[str] = []
+
+DISPLAY_STATUS: Final[LiteralString] = """
+CASE WHEN t.status = 'cancelled' AND t.started_at IS NOT NULL AND t.finished_at IS NULL THEN 'stopping'
+     WHEN t.status = 'input_required' AND t.suspended_at IS NOT NULL THEN 'suspended'
+     WHEN t.status = 'completed' AND t.error_kind IS NOT NULL THEN 'errored'
+     ELSE t.status END"""
+"""``mcp_tasks_overview``'s statuses, plus ``errored`` (completed with a tool error, crash or limit)."""
+
+STATUS_FILTERS: Final[dict[str, LiteralString]] = {
+    "working": "t.status = 'working'",
+    "input_required": "t.status = 'input_required'",  # resident or suspended
+    "suspended": "t.status = 'input_required' AND t.suspended_at IS NOT NULL",
+    "completed": "t.status = 'completed'",
+    "errored": "t.status = 'completed' AND t.error_kind IS NOT NULL",
+    "failed": "t.status = 'failed'",
+    "cancelled": "t.status = 'cancelled'",
+    "stopping": "t.status = 'cancelled' AND t.started_at IS NOT NULL AND t.finished_at IS NULL",
+}
+
+FIELD_FILTERS: Final[dict[str, LiteralString]] = {
+    "tool": "t.tool_name = %(tool)s",
+    "owner": "t.owner = %(owner)s",
+    "queue": "t.queue = %(queue)s",
+    "since": "t.created_at >= %(since)s",
+    "until": "t.created_at < %(until)s",
+    # A whole job id is one probe of its unique index; a shorter prefix scans (no btree serves a
+    # prefix under a non-C collation), which the list's LIMIT keeps to what it must read.
+    "job": "starts_with(t.job_id, %(job)s)",
+    "job_exact": "t.job_id = %(job)s",
+    # The keyset cursor: rows strictly after the last one shown (ix_mcp_tasks_created_at_job_id).
+    "before": "(t.created_at, t.job_id) < (%(before_at)s, %(before_job)s)",
+}
+
+_LIST_HEAD: Final[LiteralString] = f"""
+SELECT t.job_id, {DISPLAY_STATUS} AS status, t.tool_name AS tool, t.owner, t.queue,
+       t.status_message, t.created_at, t.started_at, t.finished_at, t.attempts, t.error_kind
+FROM mcp_tasks t
+WHERE """
+
+
+def list_statement(conditions: Iterable[LiteralString]) -> LiteralString:
+    """The task list, newest first, under ``conditions`` (fragments of this module)."""
+    where = " AND ".join(["true", *conditions])
+    return _LIST_HEAD + where + "\nORDER BY t.created_at DESC, t.job_id DESC\nLIMIT %(limit)s"
+
+
+TASK_BY_JOB: Final[LiteralString] = f"""
+SELECT t.task_id, t.job_id, {DISPLAY_STATUS} AS display_status, t.status, t.owner, t.tool_name,
+       t.queue, t.arguments, t.preflight, t.status_message, t.result, t.error, t.error_kind,
+       t.error_message, t.stop_reason, t.progress, t.progress_total, t.attempts, t.max_attempts,
+       t.redeliveries, t.worker, t.lease_until, t.device, t.synchronous, t.suspensions,
+       t.created_at, t.dispatched_at, t.started_at, t.suspended_at, t.resumed_at,
+       t.cancel_requested_at, t.retry_at, t.finished_at, t.last_updated_at, t.expires_at,
+       t.protocol_version, t.client_info, now() AS db_now
+FROM mcp_tasks t WHERE t.job_id = %(job_id)s
+"""
+
+# The live list: the rows of the jobs one page shows (their unique index), as that page shows them.
+ROWS_BY_JOBS: Final[LiteralString] = f"""
+SELECT t.task_id, t.job_id, {DISPLAY_STATUS} AS shown, t.status, t.status_message, t.attempts,
+       t.started_at, t.finished_at
+FROM mcp_tasks t WHERE t.job_id = ANY(%(jobs)s)
+"""
+
+ARTIFACTS_OF: Final[LiteralString] = """
+SELECT name, mime_type, size, complete, created_at FROM mcp_task_artifacts
+WHERE task_id = %(task_id)s ORDER BY created_at, name
+"""
+
+FAILURES_SINCE: Final[LiteralString] = """
+SELECT tool_name AS tool, count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status = 'completed' AND error_kind IS NOT NULL) AS errored,
+       count(*) FILTER (WHERE stop_reason IS NOT NULL) AS forced_stops
+FROM mcp_tasks
+WHERE finished_at >= now() - %(window_s)s * interval '1 second'
+  AND (status = 'failed' OR error_kind IS NOT NULL OR stop_reason IS NOT NULL)
+GROUP BY tool_name ORDER BY count(*) DESC, tool_name
+"""
+
+RECORD_ACTION: Final[LiteralString] = """
+INSERT INTO mcp_console_actions (actor, action, target, affected, detail)
+VALUES (%(actor)s, %(action)s, %(target)s, %(affected)s, %(detail)s)
+RETURNING id
+"""
+
+ACTIONS: Final[LiteralString] = """
+SELECT id, acted_at, actor, action, target, affected, detail FROM mcp_console_actions
+ORDER BY id DESC LIMIT %(limit)s
+"""
