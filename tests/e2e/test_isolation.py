@@ -75,6 +75,9 @@ def test_a_hostile_isolated_body_reaches_no_credential(iso: Stack) -> None:
     assert found["parent_ptrace"].startswith("<denied"), found
     assert found["dsns_found"] == 0 and found["connected"] == [], found
     assert found["cuda"] == "7"  # devices pass, secrets do not
+    # Nothing inherited past stdin, stdout and stderr but the pipe.
+    assert len(found["fds"]) == 1 and found["fds"][0].startswith("socket:"), found
+    assert len(control["fds"]) > len(found["fds"])  # the pool child holds its connections, the broker's
     client.close()
 
 
