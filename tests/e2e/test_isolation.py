@@ -173,3 +173,21 @@ def test_the_start_overhead_of_an_isolated_body(iso: Stack) -> None:
     )
     assert isolated > inline  # a process start is not free; nothing more is promised here
     client.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_set_to_isolate_runs_every_tool_out_of_process(template_db: str) -> None:
+    with support.stack_of_its_own(
+        "isow", template_db, TOOLS, concurrency=1, MCP_TASKS_TOOL_ISOLATION="process"
+    ) as stack:
+        client = stack.client()
+        found = _structured(
+            client.wait_status(_start(client, "leak_probe"), timeout=30)
+        )  # not isolated itself
+        assert found["environ"] == [] and found["gc_connections"] == [] and found["dsns_found"] == 0, found
+        assert found["parent_environ"] == ["<denied: Permission denied>"], found
+        assert (
+            client.call_tool("greet", {"name": "Ada"}, extension=False).result["content"][0]["text"]
+            == "Hello, Ada!"
+        )
+        client.close()
