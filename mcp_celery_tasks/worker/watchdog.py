@@ -60,6 +60,7 @@ __all__ = [
     "Watchdog",
     "holder_of",
     "process_state",
+    "process_tree",
     "rss_bytes",
     "tree_rss_bytes",
 ]
@@ -135,21 +136,25 @@ def rss_bytes(pid: int) -> int:
         return 0
 
 
-def tree_rss_bytes(pid: int) -> int:
-    """The resident memory of ``pid`` and of every process below it (an isolated body)."""
-    total, seen, todo = 0, set(), [pid]
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (an isolated body, ``worker.isolation``)."""
+    found, todo = [], [pid]
     while todo:
         current = todo.pop()
-        if current in seen:
+        if current in found:
             continue
-        seen.add(current)
-        total += rss_bytes(current)
+        found.append(current)
         try:
             with open(f"/proc/{current}/task/{current}/children", "rb") as children:
                 todo.extend(int(child) for child in children.read().split())
         except (OSError, ValueError):
             pass
-    return total
+    return found
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """The resident memory of ``pid`` and of every process below it."""
+    return sum(rss_bytes(each) for each in process_tree(pid))
 
 
 class Watchdog:

@@ -25,7 +25,9 @@ from mcp_celery_tasks.json_types import JSONObject, JSONValue
 from mcp_celery_tasks.tools.retries import RetryLater
 from mcp_celery_tasks.worker import hardening
 from mcp_celery_tasks.worker.body_wire import Peer, ProtocolViolation, RemoteError, decode_error, encode_error
-from mcp_celery_tasks.worker.watchdog import rss_bytes, tree_rss_bytes
+from mcp_celery_tasks.worker.gpu_memory import held_by
+from mcp_celery_tasks.worker.watchdog import process_tree, rss_bytes, tree_rss_bytes
+from tests.support import wait_until
 
 
 @pytest.mark.parametrize(
@@ -233,6 +235,18 @@ def test_the_memory_of_a_child_counts_towards_its_parent() -> None:
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == b"ok"
         assert tree_rss_bytes(os.getpid()) - rss_bytes(os.getpid()) >= 140 * 2**20
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_device_memory_held_by_a_child_counts_towards_its_parent() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        wait_until(lambda: child.pid in process_tree(os.getpid()), 10, what="the child to be listed")
+        listed = [(child.pid, 300 * 2**20), (1, 7 * 2**20)]  # what NVML lists: our child's and another's
+        assert held_by(os.getpid(), "0", lambda device: listed) == 300 * 2**20
+        assert held_by(child.pid, "0", lambda device: listed) == 300 * 2**20
     finally:
         child.kill()
         child.wait()
