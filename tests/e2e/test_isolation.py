@@ -73,6 +73,8 @@ def test_a_hostile_isolated_body_reaches_no_credential(iso: Stack) -> None:
     assert found["main_environ"] == ["<denied: Permission denied>"], found
     assert found["parent_mem"].startswith("maps <denied"), found
     assert found["parent_ptrace"].startswith("<denied"), found
+    assert found["parent_fds"].startswith("opened 0 of "), found  # no handle on its sockets
+    assert not control["parent_fds"].startswith("opened 0 of "), control
     assert found["dsns_found"] == 0 and found["connected"] == [], found
     assert found["cuda"] == "7"  # devices pass, secrets do not
     # Nothing inherited past stdin, stdout and stderr but the pipe.
