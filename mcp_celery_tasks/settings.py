@@ -167,6 +167,9 @@ class Settings(BaseSettings):
     tool_memory_limit_mb: int = 8192
     """Most resident memory a job's process may use (``@tool(memory_limit_mb=…)``); above it the
     task ends with ``isError`` and the process is killed. 0: none."""
+    tool_isolation: typing.Literal["none", "process"] = "none"
+    """``process``: every tool on this worker runs its body in a fresh process that holds no
+    database or broker credentials (as ``@tool(isolation="process")`` does for one tool)."""
     watchdog_interval_seconds: float = 1.0
     """How often a prefork worker's main process renews leases and checks limits and cancels."""
     worker_max_tasks_per_child: int | None = None

@@ -10,8 +10,11 @@ from typing import Literal
 
 __all__ = [
     "INPUT_KINDS",
+    "ISOLATIONS",
     "InputKind",
+    "Isolation",
     "checked_inputs",
+    "checked_isolation",
     "checked_scopes",
     "checked_suspend_after",
     "takes_principal",
@@ -21,6 +24,18 @@ InputKind = Literal["elicitation", "sampling", "roots"]
 INPUT_KINDS: tuple[InputKind, ...] = ("elicitation", "sampling", "roots")
 """The client capabilities a tool's input requests need: ``elicitation/create``,
 ``sampling/createMessage``, ``roots/list``."""
+
+
+Isolation = Literal["none", "process"]
+ISOLATIONS: tuple[Isolation, ...] = ("none", "process")
+"""Where a tool's body runs: in the pool child (``none``) or in a fresh process of its own that
+holds no credentials (``process``: ``worker.isolation``)."""
+
+
+def checked_isolation(tool_name: str, value: str) -> Isolation:
+    if value not in ISOLATIONS:
+        raise ValueError(f"tool {tool_name!r}: isolation is one of {', '.join(ISOLATIONS)}, not {value!r}")
+    return value
 
 
 def checked_suspend_after(value: float | Literal["settings"] | None) -> float | Literal["settings"] | None:

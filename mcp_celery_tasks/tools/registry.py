@@ -22,7 +22,9 @@ from mcp_celery_tasks.errors import InvalidParams
 from mcp_celery_tasks.json_types import JSONObject, as_object
 from mcp_celery_tasks.tools.checks import (
     InputKind,
+    Isolation,
     checked_inputs,
+    checked_isolation,
     checked_scopes,
     checked_suspend_after,
     takes_principal,
@@ -98,6 +100,8 @@ class ToolSpec:
     """Which errors of the body end the attempt and run it again after a backoff (``retry_on``)."""
     concurrency: ConcurrencyLimit | None = None
     """At most this many runs at once, of the tool or per key (``tools.concurrency``)."""
+    isolation: Isolation = "none"
+    """``process``: the body runs in a fresh process without the worker's credentials."""
 
     def validate_arguments(self, arguments: Mapping[str, object]) -> JSONObject:
         """Validate against the input schema; return the JSON-ready arguments to store.
@@ -219,6 +223,7 @@ def tool(
     backoff: Backoff | None = None,
     concurrency: int | None = None,
     concurrency_key: ConcurrencyKey | None = None,
+    isolation: Isolation = "none",
 ) -> Callable[[F], F]: ...
 
 
@@ -247,6 +252,7 @@ def tool(
     backoff: Backoff | None = None,
     concurrency: int | None = None,
     concurrency_key: ConcurrencyKey | None = None,
+    isolation: Isolation = "none",
 ) -> F | Callable[[F], F]:
     """Register a function as an MCP tool that runs as a Celery job.
 
@@ -281,6 +287,8 @@ def tool(
     with ``concurrency_key`` (an argument's name, or a function of the arguments, and of the
     principal if it takes a second parameter) per key value;
     a call over the limit waits in the fair backlog holding no slot (``tools.concurrency``).
+    ``isolation="process"`` runs the body in a fresh process holding no database or broker
+    credentials, its context forwarded over a pipe (``worker.isolation``; ~0.2 s more per run).
     """
 
     def register(target: F) -> F:
@@ -331,6 +339,7 @@ def tool(
             needs_inputs=checked_inputs(tool_name, needs_inputs),
             retry=retry,
             concurrency=limit,
+            isolation=checked_isolation(tool_name, isolation),
         )
         return target
 

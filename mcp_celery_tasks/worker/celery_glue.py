@@ -46,7 +46,7 @@ from mcp_celery_tasks.store import WorkerStore
 from mcp_celery_tasks.store.fleet import WorkerInfo
 from mcp_celery_tasks.telemetry import metrics, tracing
 from mcp_celery_tasks.tools.registry import all_tools, load_tool_modules
-from mcp_celery_tasks.worker import claims, cuda_guard, devices
+from mcp_celery_tasks.worker import claims, cuda_guard, devices, hardening
 from mcp_celery_tasks.worker.child import (
     after_fork,
     catch_stop_signal,
@@ -350,6 +350,8 @@ def _on_worker_start(app: Celery, store: WorkerStore, settings: Settings) -> Non
                 load_installed_tools(app)  # before the pool forks: children inherit them
             check_input_timeouts(app, settings)
             warn_about_api_secrets(os.environ)
+            if settings.tool_isolation == "process" or any(t.isolation == "process" for t in all_tools()):
+                hardening.undumpable()  # inherited by the pool: an isolated body cannot read our /proc
             claims.open_board()  # before the pool forks: children tell the watchdog their claims
             if settings.worker_gpus:
                 pinned.extend(_pin_children(sender, settings, prefork=prefork))

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp_celery_tasks.worker.devices import DeviceTable
+from mcp_celery_tasks.worker.watchdog import process_tree
 
 __all__ = ["DeviceMemory", "held_by"]
 
@@ -29,8 +30,10 @@ ProcessList = Callable[[str], list[tuple[int, int]]]
 
 
 def held_by(pid: int, device: str, processes: ProcessList) -> int:
-    """Bytes of device memory ``pid`` holds on ``device`` (0 when it holds none)."""
-    return sum(used for holder, used in processes(device) if holder == pid)
+    """Bytes of device memory ``pid`` and the processes below it (an isolated body) hold on
+    ``device`` (0 when they hold none)."""
+    tree = set(process_tree(pid))
+    return sum(used for holder, used in processes(device) if holder in tree)
 
 
 def _nvml_processes() -> ProcessList | None:

@@ -82,6 +82,8 @@ SUSPENDED: Final = Outcome("suspended")
 
 
 def tool_error_kind(exc: ToolError) -> str:
+    if isinstance(getattr(exc, "outcome_kind", None), str):  # an isolated body that died: "crash"
+        return str(exc.outcome_kind)  # type: ignore[attr-defined]
     if isinstance(exc, SoftTimeLimitExceeded):
         return "soft_time_limit"
     if isinstance(exc, InputTimedOut):

@@ -54,6 +54,7 @@ from mcp_celery_tasks.worker import claims, retries
 from mcp_celery_tasks.worker.artifacts import ArtifactRows, JobArtifacts
 from mcp_celery_tasks.worker.child import in_job, running_tool, worker_identity
 from mcp_celery_tasks.worker.devices import current_device
+from mcp_celery_tasks.worker.isolation import run_body
 from mcp_celery_tasks.worker.leases import LeaseKeeper
 from mcp_celery_tasks.worker.limits import JobLimits
 from mcp_celery_tasks.worker.observe import SILENT, JobObserver
@@ -276,7 +277,7 @@ class JobRunner:
         try:
             try:
                 with bind(ctx), running_tool(runtime):
-                    value = _call(spec, ctx, job.arguments)
+                    value = run_body(spec, ctx, job.arguments, runtime, self._settings, inline=_call)
             finally:
                 if not runtime.suspended:
                     runtime.reached_new_work()

@@ -54,7 +54,16 @@ from mcp_celery_tasks.tools.registry import get_tool
 from mcp_celery_tasks.tools.results import error_result
 from mcp_celery_tasks.worker.limits import JobLimits
 
-__all__ = ["RunningJob", "WatchStore", "Watchdog", "holder_of", "process_state", "rss_bytes"]
+__all__ = [
+    "RunningJob",
+    "WatchStore",
+    "Watchdog",
+    "holder_of",
+    "process_state",
+    "process_tree",
+    "rss_bytes",
+    "tree_rss_bytes",
+]
 
 logger = logging.getLogger("mcp_celery_tasks.worker")
 
@@ -125,6 +134,27 @@ def rss_bytes(pid: int) -> int:
             return int(statm.read().split()[1]) * _PAGE
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (an isolated body, ``worker.isolation``)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        if current in found:
+            continue
+        found.append(current)
+        try:
+            with open(f"/proc/{current}/task/{current}/children", "rb") as children:
+                todo.extend(int(child) for child in children.read().split())
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """The resident memory of ``pid`` and of every process below it."""
+    return sum(rss_bytes(each) for each in process_tree(pid))
 
 
 class Watchdog:
@@ -294,7 +324,7 @@ class Watchdog:
         hard, soft, memory_mb = limits.time_limit_s, limits.soft_time_limit_s, limits.memory_limit_mb
         tool = row["tool_name"]
         if memory_mb and not track.stopping:
-            used = rss_bytes(job.pid)
+            used = tree_rss_bytes(job.pid)  # an isolated body's memory is the job's too
             if used > memory_mb * 2**20:
                 message = (
                     f"The tool {tool!r} exceeded its memory limit of {memory_mb} MiB "
