@@ -4,16 +4,42 @@ order)."""
 
 from __future__ import annotations
 
+import json
+import re
+from typing import Final
+
 from psycopg.types.json import Jsonb
 
 from mcp_celery_tasks.store.records import CancelOutcome, NewTask
 from mcp_celery_tasks.store.row_types import CancelRow
 
-__all__ = ["cancel_outcome", "jsonb", "new_task_params"]
+__all__ = ["cancel_outcome", "jsonb", "new_task_params", "nul_free", "nul_free_jsonb"]
+
+REPLACEMENT: Final = "\ufffd"
+_ESCAPED_NUL: Final = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+"""``\\u0000`` in JSON text, not preceded by an odd number of backslashes (``\\\\u0000`` is a
+backslash, then ``u0000``)."""
 
 
 def jsonb(value: object) -> Jsonb | None:
     return None if value is None else Jsonb(value)
+
+
+def nul_free_jsonb(value: object) -> Jsonb | None:
+    """``jsonb`` for what tool code wrote (a result, an error, log data, a question): Postgres
+    can store no NUL character, in ``jsonb`` or ``text``, and a tool's output that holds one
+    would fail the write on every attempt. It becomes U+FFFD (the replacement character)."""
+    return None if value is None else Jsonb(value, dumps=_nul_free_dumps)
+
+
+def nul_free(text: str | None) -> str | None:
+    """A tool's text (a status message, an error) with each NUL as U+FFFD (``nul_free_jsonb``)."""
+    return None if text is None else text.replace("\x00", REPLACEMENT)
+
+
+def _nul_free_dumps(value: object) -> str:
+    dumped = json.dumps(value)
+    return _ESCAPED_NUL.sub(r"\1\\ufffd", dumped) if "u0000" in dumped else dumped
 
 
 def new_task_params(task: NewTask) -> dict[str, object]:

@@ -193,7 +193,7 @@ class WorkerStore(RegistryCalls, DispatchCalls, LimitCalls, ArtifactWrites):
         params = {
             "task_id": task_id,
             "worker": worker,
-            "message": message,
+            "message": _rows.nul_free(message),  # tool text: no NUL (``_rows.nul_free_jsonb``)
             "progress": progress,
             "total": total,
         }
@@ -208,8 +208,8 @@ class WorkerStore(RegistryCalls, DispatchCalls, LimitCalls, ArtifactWrites):
             "task_id": task_id,
             "worker": worker,
             "level": level,
-            "logger": logger,
-            "data": Jsonb(data),
+            "logger": _rows.nul_free(logger),
+            "data": _rows.nul_free_jsonb(data),
             "max_logs": max_logs,
         }
         return bool(self._fetch(queries.LOG, params))
@@ -242,7 +242,7 @@ class WorkerStore(RegistryCalls, DispatchCalls, LimitCalls, ArtifactWrites):
             "task_id": task_id,
             "worker": worker,
             "inbox": inbox,
-            "items": Jsonb(list(items)),
+            "items": _rows.nul_free_jsonb(list(items)),
             "supersede": list(supersede),
             "max_waiting": self._settings.max_waiting_inputs_per_principal,
             "max_suspended": self._settings.max_suspended_per_principal,
@@ -328,11 +328,11 @@ class WorkerStore(RegistryCalls, DispatchCalls, LimitCalls, ArtifactWrites):
             "task_id": task_id,
             "worker": worker,
             "status": status,
-            "result": _rows.jsonb(result),
-            "error": _rows.jsonb(error),
-            "message": message,
+            "result": _rows.nul_free_jsonb(result),  # what the tool returned may hold a NUL
+            "error": _rows.nul_free_jsonb(error),
+            "message": _rows.nul_free(message),
             "error_kind": error_kind,
-            "error_message": error_message,
+            "error_message": _rows.nul_free(error_message),
         }
         return bool(self._fetch(queries.FINISH, params))
 
@@ -353,8 +353,8 @@ class WorkerStore(RegistryCalls, DispatchCalls, LimitCalls, ArtifactWrites):
     def force_finish(
         self, task_id: str, holder: str, *, result: Mapping[str, object], kind: str, message: str, reason: str
     ) -> bool:
-        params = {"task_id": task_id, "holder": holder, "result": Jsonb(result), "kind": kind,
-                  "message": message, "reason": reason}  # fmt: skip
+        params = {"task_id": task_id, "holder": holder, "result": _rows.nul_free_jsonb(result),
+                  "kind": kind, "message": _rows.nul_free(message), "reason": reason}  # fmt: skip
         return bool(self._fetch(queries.FORCE_FINISH, params))
 
     def force_stopped(self, task_id: str, holder: str, reason: str) -> bool:
