@@ -1,7 +1,8 @@
 """An artifact read through the TypeScript SDK client (``@modelcontextprotocol/client`` 2.4.0,
 ``readResource`` on 2026-07-28; ``scripts/install-peers``): the bytes a job published
 (tests/fixtures/artifacts.py) come back whole, their sha256 the job's; an unknown uri is the
-SEP-2164 "Resource not found" error."""
+SEP-2164 "Resource not found" error; a 50 MiB result (stored as an artifact by itself) is read in
+16 MiB ranges."""
 
 from __future__ import annotations
 
@@ -36,10 +37,9 @@ def reader(ext_tasks: Path) -> Path:
     return ext_tasks
 
 
-def ts_read(reader: Path, url: str, uri: str) -> dict[str, Any]:
-    ran = subprocess.run(
-        ["node", "read_artifact.mjs", url, uri], cwd=reader, capture_output=True, text=True, timeout=120
-    )
+def ts_read(reader: Path, url: str, uri: str, size: int | None = None) -> dict[str, Any]:
+    command = ["node", "read_artifact.mjs", url, uri, *([] if size is None else [str(size)])]
+    ran = subprocess.run(command, cwd=reader, capture_output=True, text=True, timeout=120)
     lines = [line for line in ran.stdout.splitlines() if line.startswith("{")]
     assert lines, f"{ran.stdout[-2000:]}\n{ran.stderr[-3000:]}"
     answer: dict[str, Any] = json.loads(lines[-1])
@@ -84,3 +84,21 @@ def test_the_typescript_sdk_gets_resource_not_found_for_an_unknown_artifact(
 ) -> None:
     answer = ts_read(reader, ts_stack.url, "mcp-tasks://artifacts/nope/x.bin")
     assert answer["code"] == codes.INVALID_PARAMS and "Resource not found" in answer["error"], answer
+
+
+@pytest.mark.timeout(240)
+def test_the_typescript_sdk_reads_a_50_mib_result_in_ranges_whose_sha256_is_the_tools(
+    ts_stack: Stack, reader: Path
+) -> None:
+    size = 50 * 1024 * 1024
+    digest, link, _preview = published(ts_stack, "large_result", {"size": size, "seed": "ts50"})
+    assert link["type"] == "resource_link" and link["size"] == size, link
+    answer = ts_read(reader, ts_stack.url, link["uri"], size=link["size"])
+    assert answer == {
+        "uri": link["uri"],
+        "mimeType": link["mimeType"],
+        "field": "blob",
+        "size": size,
+        "sha256": digest["text"].removeprefix("sha256:"),
+        "count": 4,  # 16 + 16 + 16 + 2 MiB
+    }
