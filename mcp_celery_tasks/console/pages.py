@@ -14,10 +14,12 @@ from importlib.resources import files
 from urllib.parse import parse_qs, quote, urlencode
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mcp_celery_tasks.console import listing, live
+from mcp_celery_tasks.console.actions import Actions, ServicesOf
+from mcp_celery_tasks.console.http import PREFIX, html, refusal
 from mcp_celery_tasks.console.limits import FIELDS, parse_limits
 from mcp_celery_tasks.console.render import render
 from mcp_celery_tasks.console.security import (
@@ -33,7 +35,6 @@ from mcp_celery_tasks.console.security import (
 from mcp_celery_tasks.console.views import task_view
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.json_types import JSONValue
-from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.console_calls import NotPermitted
 
@@ -41,20 +42,10 @@ __all__ = ["PREFIX", "console_routes"]
 
 logger = logging.getLogger("mcp_celery_tasks.console")
 
-PREFIX = "/console"
 MAX_FORM_BYTES = 16_384
 _STATIC = {"console.js": "text/javascript", "console.css": "text/css"}
 
-ServicesOf = Callable[[Request], Services]
 Handler = Callable[[Request, Admin], Awaitable[Response]]
-
-
-def _html(body: str, status: int = 200) -> Response:
-    return HTMLResponse(body, status_code=status, headers=HEADERS)
-
-
-def _refusal(refused: Refused) -> Response:
-    return _html(render("refused.html", message=str(refused), prefix=PREFIX), refused.status)
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -68,7 +59,7 @@ async def _form(request: Request) -> dict[str, str]:
     return {name: values[0] for name, values in fields.items()}
 
 
-class Console:
+class Console(Actions):
     def __init__(self, settings: Settings, is_tool_caller: ToolCaller, services_of: ServicesOf) -> None:
         self.sessions = Sessions(settings, is_tool_caller)
         self.services_of = services_of
@@ -90,13 +81,13 @@ class Console:
                 if refused.status == 401 and "authorization" not in request.headers:
                     back = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
                     return RedirectResponse(f"{PREFIX}/login?next={back}", 303, headers=HEADERS)
-                return _refusal(refused)
+                return refusal(refused)
             try:
                 return await handler(request, admin)
             except listing.BadFilter as bad:
-                return _refusal(Refused(400, str(bad)))
+                return refusal(Refused(400, str(bad)))
             except InfrastructureError:
-                return _refusal(Refused(503, "the task database is unavailable; try again shortly"))
+                return refusal(Refused(503, "the task database is unavailable; try again shortly"))
 
         return endpoint
 
@@ -111,11 +102,13 @@ class Console:
                 request.state.form = form
                 return await handler(request, admin)
             except Refused as refused:
-                return _refusal(refused)
+                return refusal(refused)
             except NotPermitted as denied:
-                return _refusal(Refused(403, str(denied)))
+                return refusal(Refused(403, str(denied)))
+            except listing.BadFilter as bad:
+                return refusal(Refused(400, str(bad)))
             except InfrastructureError:
-                return _refusal(Refused(503, "the task database is unavailable; try again shortly"))
+                return refusal(Refused(503, "the task database is unavailable; try again shortly"))
 
         return endpoint
 
@@ -129,7 +122,7 @@ class Console:
         page = render(
             "login.html", prefix=PREFIX, csrf=nonce, next=_next(request.query_params.get("next")), error=""
         )
-        response = _html(page)
+        response = html(page)
         response.set_cookie(
             LOGIN_COOKIE, nonce, max_age=600, path=PREFIX, httponly=True, samesite="strict",
             secure=self._secure(request),
@@ -144,7 +137,7 @@ class Console:
         except Refused as refused:
             nonce = self.sessions.login_nonce()
             page = render("login.html", prefix=PREFIX, csrf=nonce, next=f"{PREFIX}/", error=str(refused))
-            response = _html(page, refused.status)
+            response = html(page, refused.status)
             response.set_cookie(
                 LOGIN_COOKIE, nonce, max_age=600, path=PREFIX, httponly=True, samesite="strict",
                 secure=self._secure(request),
@@ -169,7 +162,7 @@ class Console:
     async def overview(self, request: Request, admin: Admin) -> Response:
         services = self.services_of(request)
         sections = await services.store.console_overview()
-        return _html(render("overview.html", prefix=PREFIX, admin=admin, **sections))
+        return html(render("overview.html", prefix=PREFIX, admin=admin, **sections))
 
     async def tasks(self, request: Request, admin: Admin) -> Response:
         params = dict(request.query_params)
@@ -179,7 +172,7 @@ class Console:
         shown = [str(row["job_id"]) for row in page.rows]
         follow = urlencode([("job", job) for job in shown]) if 0 < len(shown) <= live.MAX_LIVE_ROWS else ""
         newest = listing.query(params, before=None) if where.before is not None else None
-        return _html(
+        return html(
             render(
                 "tasks.html",
                 prefix=PREFIX,
@@ -190,21 +183,22 @@ class Console:
                 older=older,
                 newest=newest,
                 follow=follow,
+                bulk_fields=[name for name in listing.FIELDS if name != "limit"],
             )
         )
 
     async def task(self, request: Request, admin: Admin) -> Response:
         detail = await self.services_of(request).store.console_task(request.path_params["job_id"])
         if detail is None:
-            return _refusal(Refused(404, "no such job (it may have expired)"))
-        return _html(render("task.html", prefix=PREFIX, admin=admin, **task_view(detail)))
+            return refusal(Refused(404, "no such job (it may have expired)"))
+        return html(render("task.html", prefix=PREFIX, admin=admin, **task_view(detail)))
 
     async def task_live(self, request: Request, admin: Admin) -> Response:
         services = self.services_of(request)
         job_id = request.path_params["job_id"]
         detail = await services.store.console_task(job_id)
         if detail is None:
-            return _refusal(Refused(404, "no such job (it may have expired)"))
+            return refusal(Refused(404, "no such job (it may have expired)"))
         task_id = str(detail.task["task_id"])
         return StreamingResponse(
             live.changes(services, task_id, job_id),
@@ -225,7 +219,7 @@ class Console:
         job_id = request.path_params["job_id"]
         detail = await services.store.console_task(job_id)
         if detail is None:
-            return _refusal(Refused(404, "no such job (it may have expired)"))
+            return refusal(Refused(404, "no such job (it may have expired)"))
         reason = request.state.form.get("reason", "").strip()[:500] or "cancelled by an operator"
         owner = str(detail.task["owner"])
         outcome = await services.tasks.cancel(str(detail.task["task_id"]), owner, f"{reason} ({admin.actor})")
@@ -239,7 +233,7 @@ class Console:
     async def limits(self, request: Request, admin: Admin) -> Response:
         rows = await self.services_of(request).store.principal_limits()
         fields = {name: label for name, (label, _, _) in FIELDS.items()}
-        return _html(render("limits.html", prefix=PREFIX, admin=admin, rows=rows, fields=fields))
+        return html(render("limits.html", prefix=PREFIX, admin=admin, rows=rows, fields=fields))
 
     async def set_limits(self, request: Request, admin: Admin) -> Response:
         principal, limits = parse_limits(request.state.form)
@@ -254,7 +248,7 @@ class Console:
 
     async def audit(self, request: Request, admin: Admin) -> Response:
         actions, limits = await self.services_of(request).store.console_audit()
-        return _html(render("audit.html", prefix=PREFIX, admin=admin, actions=actions, limits=limits))
+        return html(render("audit.html", prefix=PREFIX, admin=admin, actions=actions, limits=limits))
 
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -286,6 +280,9 @@ def console_routes(settings: Settings, is_tool_caller: ToolCaller, services_of: 
         Route(f"{PREFIX}/tasks/{{job_id}}", console.page(console.task), methods=["GET"]),
         Route(f"{PREFIX}/tasks/{{job_id}}/live", console.page(console.task_live), methods=["GET"]),
         Route(f"{PREFIX}/tasks/{{job_id}}/cancel", console.action(console.cancel), methods=["POST"]),
+        Route(f"{PREFIX}/tasks/{{job_id}}/retry", console.action(console.retry), methods=["POST"]),
+        Route(f"{PREFIX}/bulk/confirm", console.action(console.bulk_confirm), methods=["POST"]),
+        Route(f"{PREFIX}/bulk", console.action(console.bulk), methods=["POST"]),
         Route(f"{PREFIX}/limits", console.page(console.limits), methods=["GET"]),
         Route(f"{PREFIX}/limits", console.action(console.set_limits), methods=["POST"]),
         Route(f"{PREFIX}/audit", console.page(console.audit), methods=["GET"]),

@@ -50,6 +50,14 @@ class TaskFilter:
     before: tuple[datetime, str] | None = None
 
     def statement(self, limit: int) -> tuple[LiteralString, dict[str, object]]:
+        conditions, params = self.conditions(limit)
+        if self.before is not None:
+            conditions.append(console_queries.FIELD_FILTERS["before"])
+            params["before_at"], params["before_job"] = self.before
+        return console_queries.list_statement(conditions), params
+
+    def conditions(self, limit: int) -> tuple[list[LiteralString], dict[str, object]]:
+        """The filter's WHERE fragments and parameters, without the page cursor."""
         conditions: list[LiteralString] = []
         params: dict[str, object] = {"limit": limit}
         if self.status is not None:
@@ -60,10 +68,7 @@ class TaskFilter:
                 whole = name == "job" and len(value) >= WHOLE_JOB_ID
                 conditions.append(console_queries.FIELD_FILTERS["job_exact" if whole else name])
                 params[name] = value
-        if self.before is not None:
-            conditions.append(console_queries.FIELD_FILTERS["before"])
-            params["before_at"], params["before_job"] = self.before
-        return console_queries.list_statement(conditions), params
+        return conditions, params
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,20 @@ class ConsoleReads:
     async def console_rows(self, job_ids: list[str]) -> list[Row]:
         """The list's columns of these jobs (those that still exist), for the live list."""
         return await self._fetch(console_queries.ROWS_BY_JOBS, {"jobs": job_ids})
+
+    async def console_bulk_count(self, where: TaskFilter, action: str, cap: int) -> int:
+        """How many tasks under the filter (its cursor ignored) ``action`` would act on, counted
+        up to ``cap``."""
+        conditions, params = where.conditions(cap)
+        conditions.append(console_queries.ACTIONABLE[action])
+        rows = await self._fetch(console_queries.count_statement(conditions), params)
+        return int(str(rows[0]["n"]))
+
+    async def console_bulk_rows(self, where: TaskFilter, action: str, limit: int) -> list[Row]:
+        """At most ``limit`` tasks under the filter that ``action`` acts on, newest first."""
+        conditions, params = where.conditions(limit)
+        conditions.append(console_queries.ACTIONABLE[action])
+        return await self._fetch(console_queries.bulk_statement(conditions), params)
 
     async def console_overview(self, window_s: float = 3600.0) -> dict[str, list[Row]]:
         """Active tasks per queue and tool, per queue and principal, and the failures of the

@@ -1,0 +1,185 @@
+"""The console's second slice on a live stack (the fixtures of ``test_console``: API + prefork
+worker, real Postgres and Redis, Debian's Chromium through Playwright): retry as a new task, bulk
+cancel and retry by the list's filter after a dry-run count, and the CSRF refusals of each."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from tests.e2e.test_console import _admin_http, _csrf, _job_of, _row, browser, console, page
+from tests.support import wait_until
+
+__all__ = ["browser", "console", "page"]  # the fixtures, for pytest
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _now(console: dict[str, Any]) -> datetime:
+    with psycopg.connect(console["dsn"]) as conn:
+        row = conn.execute("SELECT now()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def _retries_of(console: dict[str, Any], job_id: str) -> list[dict[str, Any]]:
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(console["dsn"], row_factory=dict_row) as conn:
+        found = conn.execute(
+            "SELECT * FROM mcp_tasks WHERE client_info->>'retryOf' = %s ORDER BY created_at", (job_id,)
+        )
+        return found.fetchall()
+
+
+def _actions(console: dict[str, Any], since: datetime) -> list[tuple[Any, ...]]:
+    with psycopg.connect(console["dsn"]) as conn:
+        found = conn.execute(
+            "SELECT actor, action, target, affected, detail FROM mcp_console_actions "
+            "WHERE acted_at >= %s ORDER BY id",
+            (since,),
+        )
+        return found.fetchall()
+
+
+def _failed(console: dict[str, Any], text: str) -> str:
+    job = _job_of(console, console["alice"].start("con_fail", {"text": text}))
+    wait_until(lambda: _row(console, job)["status"] == "failed", 30, 0.05, what="the job to fail")
+    return job
+
+
+def test_an_admin_retries_a_failed_task_as_a_new_task_of_the_same_principal(
+    page: Any, console: dict[str, Any]
+) -> None:
+    since = _now(console)
+    job = _failed(console, "broken once")
+    page.goto(f"/console/tasks/{job}")
+    page.click("#retry button[type=submit]")
+    page.wait_for_url(re.compile(r".*/console/tasks/(?!" + job + r")[0-9a-f-]{36}$"))
+    new_job = page.inner_text("#job")
+    (retried,) = _retries_of(console, job)
+    original = _row(console, job)
+    assert retried["job_id"] == new_job
+    assert (retried["owner"], retried["tool_name"], retried["arguments"]) == (
+        original["owner"],
+        original["tool_name"],
+        original["arguments"],
+    )
+    assert retried["client_info"] == {"name": "mcp-celery-tasks console", "retryOf": job, "by": "admin:ops"}
+    assert retried["task_id"] != original["task_id"]
+    # It ran (and failed again, as the tool does), and its page says whose retry it is.
+    wait_until(lambda: _row(console, new_job)["status"] == "failed", 30, 0.05, what="the retry to run")
+    assert "retryOf" in page.inner_text("#fields")
+    # Retrying the same job again finds that retry: the tool does not run a third time.
+    page.goto(f"/console/tasks/{job}")
+    page.click("#retry button[type=submit]")
+    page.wait_for_url(f"**/console/tasks/{new_job}")
+    assert len(_retries_of(console, job)) == 1
+    audited = _actions(console, since)
+    assert [(a[0], a[1], a[2], a[3], a[4]["outcome"]) for a in audited] == [
+        ("admin:ops", "retry", job, 1, "created"),
+        ("admin:ops", "retry", job, 0, "already"),
+    ]
+    assert audited[0][4]["new_job"] == new_job
+
+
+def test_only_a_finished_failure_is_retried(console: dict[str, Any]) -> None:
+    http = _admin_http(console)
+    gate = console["gates"] / f"gate-{uuid.uuid4().hex[:6]}"
+    job = _job_of(console, console["alice"].start("con_hold", {"text": "busy", "gate": str(gate)}))
+    shown = http.get(f"/console/tasks/{job}")
+    assert 'id="retry"' not in shown.text
+    refused = http.post(f"/console/tasks/{job}/retry", data={"csrf": _csrf(http, f"/console/tasks/{job}")})
+    assert refused.status_code == 409, refused.text
+    gate.touch()
+    wait_until(lambda: _row(console, job)["status"] == "completed", 30, 0.05, what="the job to end")
+    done = http.post(f"/console/tasks/{job}/retry", data={"csrf": _csrf(http, f"/console/tasks/{job}")})
+    assert done.status_code == 409  # completed without an error: nothing to retry
+    assert _retries_of(console, job) == []
+    http.close()
+
+
+def test_an_admin_bulk_retries_a_filter_after_the_dry_run_count(page: Any, console: dict[str, Any]) -> None:
+    expect = pytest.importorskip("playwright.sync_api").expect
+    since = _now(console)
+    jobs = [_failed(console, f"bulk {n}") for n in range(3)]
+    page.goto(f"/console/tasks?status=failed&tool=con_fail&since={since.isoformat().replace('+', '%2B')}")
+    assert sorted(
+        page.locator("#tasks tbody tr").evaluate_all("rows => rows.map(r => r.dataset.job)")
+    ) == sorted(jobs)
+    page.click("#bulk-retry button[type=submit]")
+    expect(page.locator("#bulk-count")).to_have_text("3 tasks match; retry them?")
+    assert _actions(console, since) == []  # the dry run changed nothing
+    page.click("#bulk-act button[type=submit]")
+    expect(page.locator("#bulk-result")).to_have_text("3 of 3 retried as new tasks.")
+    for job in jobs:
+        (retried,) = _retries_of(console, job)
+        assert retried["client_info"]["by"] == "admin:ops" and retried["owner"] == "token:alice"
+    ((actor, action, target, affected, detail),) = _actions(console, since)
+    assert (actor, action, affected) == ("admin:ops", "bulk retry", 3)
+    assert target.startswith("filter status=failed&tool=con_fail&since=")
+    assert detail["confirmed"] == 3 and detail["matched"] == 3
+    page.goto("/console/audit")
+    row = page.locator("#actions tbody tr").first.locator("td").all_inner_texts()
+    assert row[1:5] == ["admin:ops", "bulk retry", target, "3"]
+
+
+def test_bulk_retry_acts_on_no_more_than_the_count_confirmed(console: dict[str, Any]) -> None:
+    since = _now(console)
+    jobs = [_failed(console, f"bounded {n}") for n in range(3)]
+    http = _admin_http(console)
+    form = {"action": "retry", "tool": "con_fail", "since": since.isoformat(), "count": "2"}
+    done = http.post("/console/bulk", data={**form, "csrf": _csrf(http, "/console/tasks")})
+    assert done.status_code == 200, done.text
+    assert [len(_retries_of(console, job)) for job in jobs] == [0, 1, 1]  # the newest two
+    ((_, _, _, affected, detail),) = _actions(console, since)
+    assert affected == 2 and detail["confirmed"] == 2
+    http.close()
+
+
+def test_an_admin_bulk_cancels_a_filter(page: Any, console: dict[str, Any]) -> None:
+    expect = pytest.importorskip("playwright.sync_api").expect
+    since = _now(console)
+    gate = console["gates"] / "never"
+    jobs = [
+        _job_of(console, console["alice"].start("con_hold", {"text": "hold", "gate": str(gate)}))
+        for _ in range(2)
+    ]
+    page.goto(f"/console/tasks?tool=con_hold&since={since.isoformat().replace('+', '%2B')}")
+    page.click("#bulk-cancel button[type=submit]")
+    expect(page.locator("#bulk-count")).to_have_text("2 tasks match; cancel them?")
+    page.fill("#bulk-act input[name=reason]", "drain")
+    page.click("#bulk-act button[type=submit]")
+    expect(page.locator("#bulk-result")).to_have_text("2 of 2 cancelled.")
+    for job in jobs:
+        row = _row(console, job)
+        assert row["status"] == "cancelled" and "drain (admin:ops)" in row["status_message"]
+    ((_, action, _, affected, _),) = _actions(console, since)
+    assert (action, affected) == ("bulk cancel", 2)
+
+
+def test_every_new_action_refuses_a_post_without_the_csrf_token(console: dict[str, Any]) -> None:
+    since = _now(console)
+    job = _failed(console, "csrf")
+    http = _admin_http(console)
+    bulk = {"action": "retry", "tool": "con_fail", "since": since.isoformat(), "count": "5"}
+    posts = [(f"/console/tasks/{job}/retry", {}), ("/console/bulk/confirm", bulk), ("/console/bulk", bulk)]
+    for path, form in posts:
+        for csrf in ({}, {"csrf": "forged"}):
+            refused = http.post(path, data={**form, **csrf})
+            assert refused.status_code == 403, (path, refused.text)
+        tool_caller = httpx.post(
+            console["base"] + path,
+            data=form,
+            headers={"Authorization": "Bearer alice-tool-token"},
+            timeout=10,
+        )
+        assert tool_caller.status_code == 403
+    assert _retries_of(console, job) == [] and _actions(console, since) == []
+    http.close()
