@@ -1,5 +1,6 @@
-"""The console's actions on many tasks, and retry: retry one task as a new task (``retry``), and
-cancel or retry every task under the list's current filter.
+"""The console's actions on many tasks, retry, and tool limits: retry one task as a new task
+(``retry``), cancel or retry every task under the list's current filter, and set or clear a
+tool's concurrency override (the audited statements of ``tasks limits tool set|clear``).
 
 A bulk action takes two POSTs, each with the session's CSRF token: the first counts what the
 filter matches (a dry run: nothing changes) and shows "N tasks match; cancel them?" with the
@@ -20,12 +21,15 @@ from starlette.responses import RedirectResponse, Response
 
 from mcp_celery_tasks.console import listing
 from mcp_celery_tasks.console.http import PREFIX, html
+from mcp_celery_tasks.console.limits import parse_tool_limit
 from mcp_celery_tasks.console.render import render
 from mcp_celery_tasks.console.retry import RETRYABLE, retry
 from mcp_celery_tasks.console.security import HEADERS, Admin, Refused
 from mcp_celery_tasks.json_types import JSONValue
+from mcp_celery_tasks.lifecycle import ALL_GROUPS
 from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.store.console_calls import TaskFilter
+from mcp_celery_tasks.tools.registry import get_tool
 
 __all__ = ["BULK_MAX", "Actions", "ServicesOf"]
 
@@ -130,6 +134,27 @@ class Actions:
                 done=done,
             )
         )
+
+    async def set_tool_limit(self, request: Request, admin: Admin) -> Response:
+        change = parse_tool_limit(request.state.form)
+        spec = get_tool(change.tool)
+        store = self.services_of(request).store
+        where = f"tool {change.tool}" + ("" if change.group == ALL_GROUPS else f" for {change.group}")
+        if change.concurrency is None:  # an override of a tool no longer served may still be cleared
+            cleared = await store.console_clear_tool_limit(change.tool, change.group, admin.actor)
+            await store.record_console_action(admin.actor, "clear tool limit", where, int(cleared))
+        else:
+            if spec is None or spec.concurrency is None:
+                raise Refused(
+                    400, f"tool: {change.tool} is no tool declared with concurrency= (only those are limited)"
+                )
+            await store.console_set_tool_limit(
+                change.tool, change.group, change.concurrency, change.note, admin.actor
+            )
+            detail: dict[str, JSONValue] = {"concurrency": change.concurrency, "note": change.note}
+            await store.record_console_action(admin.actor, "set tool limit", where, 1, detail)
+        logger.info("console: %s changed the concurrency of %s: %s", admin.actor, where, change.concurrency)
+        return RedirectResponse(f"{PREFIX}/limits", 303, headers=HEADERS)
 
 
 async def _cancel_all(

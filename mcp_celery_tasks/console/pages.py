@@ -231,9 +231,21 @@ class Console(Actions):
         return RedirectResponse(f"{PREFIX}/tasks/{quote(job_id)}", 303, headers=HEADERS)
 
     async def limits(self, request: Request, admin: Admin) -> Response:
-        rows = await self.services_of(request).store.principal_limits()
+        store = self.services_of(request).store
+        rows = await store.principal_limits()
+        tools, groups = await store.console_tool_limits()
         fields = {name: label for name, (label, _, _) in FIELDS.items()}
-        return html(render("limits.html", prefix=PREFIX, admin=admin, rows=rows, fields=fields))
+        return html(
+            render(
+                "limits.html",
+                prefix=PREFIX,
+                admin=admin,
+                rows=rows,
+                fields=fields,
+                tools=tools,
+                groups=groups,
+            )
+        )
 
     async def set_limits(self, request: Request, admin: Admin) -> Response:
         principal, limits = parse_limits(request.state.form)
@@ -285,6 +297,7 @@ def console_routes(settings: Settings, is_tool_caller: ToolCaller, services_of: 
         Route(f"{PREFIX}/bulk", console.action(console.bulk), methods=["POST"]),
         Route(f"{PREFIX}/limits", console.page(console.limits), methods=["GET"]),
         Route(f"{PREFIX}/limits", console.action(console.set_limits), methods=["POST"]),
+        Route(f"{PREFIX}/limits/tool", console.action(console.set_tool_limit), methods=["POST"]),
         Route(f"{PREFIX}/audit", console.page(console.audit), methods=["GET"]),
         Route(f"{PREFIX}/static/{{name}}", console.static, methods=["GET"]),
     ]

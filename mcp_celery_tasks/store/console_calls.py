@@ -162,12 +162,40 @@ class ConsoleReads:
             "actor": actor,
             **{name: limits.get(name) for name in PRINCIPAL_FIELDS},
         }
+        await self._limit_change(limit_queries.SET_PRINCIPAL_LIMITS, params, "tasks limits set")
+
+    async def console_tool_limits(self) -> tuple[list[Row], list[Row]]:
+        """The tool concurrency overrides, and the concurrency groups with active jobs (in flight,
+        waiting, declared, in force), as ``tasks limits tool ls`` shows them."""
+        return (
+            await self._fetch(limit_queries.TOOL_LIMITS, {}),
+            await self._fetch(limit_queries.CONCURRENCY_GROUPS, {"limit": 200}),
+        )
+
+    async def console_set_tool_limit(
+        self, tool: str, group: str, concurrency: int, note: str | None, actor: str
+    ) -> None:
+        """Replace a tool's concurrency (``group`` ``'*'``: every group), by the audited statement
+        of ``tasks limits tool set``."""
+        params = {"tool": tool, "group": group, "concurrency": concurrency, "note": note, "actor": actor}
+        await self._limit_change(limit_queries.SET_TOOL_LIMIT, params, "tasks limits tool set")
+
+    async def console_clear_tool_limit(self, tool: str, group: str, actor: str) -> bool:
+        """Back to the declared concurrency (``tasks limits tool clear``); False: no such override."""
+        params = {"tool": tool, "group": group, "actor": actor}
+        return bool(
+            await self._limit_change(limit_queries.CLEAR_TOOL_LIMIT, params, "tasks limits tool clear")
+        )
+
+    async def _limit_change(
+        self, sql: LiteralString, params: Mapping[str, object], command: str
+    ) -> list[Row]:
         try:
-            await self._fetch(limit_queries.SET_PRINCIPAL_LIMITS, params)
+            return await self._fetch(sql, params)
         except psycopg.errors.InsufficientPrivilege as exc:
             raise NotPermitted(
                 "the API's database role may not change limits (mcp_tasks_api reads them only); "
-                "an admin changes them with `mcp-celery-tasks tasks limits set`"
+                f"an admin changes them with `mcp-celery-tasks {command}`"
             ) from exc
 
     async def console_audit(self, limit: int = 100) -> tuple[list[Row], list[Row]]:

@@ -5,6 +5,7 @@ cancel and retry by the list's filter after a dry-run count, and the CSRF refusa
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from datetime import datetime
 from typing import Any
@@ -169,7 +170,13 @@ def test_every_new_action_refuses_a_post_without_the_csrf_token(console: dict[st
     job = _failed(console, "csrf")
     http = _admin_http(console)
     bulk = {"action": "retry", "tool": "con_fail", "since": since.isoformat(), "count": "5"}
-    posts = [(f"/console/tasks/{job}/retry", {}), ("/console/bulk/confirm", bulk), ("/console/bulk", bulk)]
+    tool = {"op": "set", "tool": "con_limited", "concurrency": "0"}
+    posts = [
+        (f"/console/tasks/{job}/retry", {}),
+        ("/console/bulk/confirm", bulk),
+        ("/console/bulk", bulk),
+        ("/console/limits/tool", tool),
+    ]
     for path, form in posts:
         for csrf in ({}, {"csrf": "forged"}):
             refused = http.post(path, data={**form, **csrf})
@@ -182,4 +189,52 @@ def test_every_new_action_refuses_a_post_without_the_csrf_token(console: dict[st
         )
         assert tool_caller.status_code == 403
     assert _retries_of(console, job) == [] and _actions(console, since) == []
+    with psycopg.connect(console["dsn"]) as conn:
+        assert conn.execute("SELECT count(*) FROM mcp_tool_limits").fetchone() == (0,)
     http.close()
+
+
+def test_an_admin_pauses_a_tool_and_sees_the_audit_row_then_clears_it(
+    page: Any, console: dict[str, Any]
+) -> None:
+    since = _now(console)
+    page.goto("/console/limits")
+    page.fill("#set-tool-limit input[name=tool]", "con_limited")
+    page.fill("#set-tool-limit input[name=concurrency]", "0")
+    page.fill("#set-tool-limit input[name=note]", "<b>maintenance</b>")
+    page.click("#set-tool-limit button[type=submit]")
+    page.wait_for_url("**/console/limits")
+    row = page.locator("#tool-limits-table tbody tr", has_text="con_limited")
+    assert row.locator("td").all_inner_texts()[:4] == ["con_limited", "(all)", "0", "<b>maintenance</b>"]
+    # Paused: a new job of the tool waits in the backlog, and the page's groups say so.
+    job = _job_of(console, console["alice"].start("con_limited", {"text": "held back"}))
+    time.sleep(1.5)  # unpaused, the release pass hands it to the broker within milliseconds
+    assert _row(console, job)["dispatched_at"] is None
+    page.goto("/console/limits")
+    group = (
+        page.locator("#tool-groups-table tbody tr", has_text="con_limited").locator("td").all_inner_texts()
+    )
+    assert group[2:] == ["0", "1", "2", "0"]  # in flight, waiting, declared, in force
+    page.goto("/console/audit")
+    fields = {
+        cells[3]: cells[5]
+        for cells in (
+            r.locator("td").all_inner_texts()
+            for r in page.locator("#limits tbody tr", has_text="tool con_limited").all()
+        )
+    }
+    assert fields == {"concurrency": "0", "note": "<b>maintenance</b>"}
+    changes = page.locator("#limits tbody tr", has_text="tool con_limited").all()
+    assert all(r.locator("td").nth(1).inner_text().startswith("admin:ops") for r in changes)
+    action = page.locator("#actions tbody tr").first.locator("td").all_inner_texts()
+    assert action[1:5] == ["admin:ops", "set tool limit", "tool con_limited", "1"]
+    # Cleared: back to its declared two at once, and the held job runs.
+    page.goto("/console/limits")
+    page.click("#tool-limits-table tbody tr:has-text('con_limited') button")
+    page.wait_for_url("**/console/limits")
+    assert page.locator("#tool-limits-table tbody tr", has_text="con_limited").count() == 0
+    wait_until(lambda: _row(console, job)["status"] == "completed", 30, 0.05, what="the held job to run")
+    assert [(a[1], a[2], a[3]) for a in _actions(console, since)] == [
+        ("set tool limit", "tool con_limited", 1),
+        ("clear tool limit", "tool con_limited", 1),
+    ]
