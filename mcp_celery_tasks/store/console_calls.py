@@ -18,7 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from mcp_celery_tasks.json_types import JSONObject
-from mcp_celery_tasks.store import admin_queries, console_queries, limit_queries, step_queries
+from mcp_celery_tasks.store import admin_queries, console_queries, fleet_queries, limit_queries, step_queries
 from mcp_celery_tasks.store.limit_calls import PRINCIPAL_FIELDS
 
 __all__ = ["ConsoleReads", "NotPermitted", "TaskDetail", "TaskFilter", "TaskPage"]
@@ -131,13 +131,15 @@ class ConsoleReads:
         return await self._fetch(console_queries.bulk_statement(conditions), params)
 
     async def console_overview(self, window_s: float = 3600.0) -> dict[str, list[Row]]:
-        """Active tasks per queue and tool, per queue and principal, and the failures of the
-        last ``window_s`` per tool (with the latest failed jobs)."""
+        """Active tasks per queue and tool, per queue and principal, the failures of the last
+        ``window_s`` per tool (with the latest failed jobs), and the live workers of the registry
+        with the jobs on them (``tasks workers``' statement)."""
         return {
             "queues": await self._fetch(admin_queries.ADMIN_SUMMARY, {}),
             "principals": await self._fetch(admin_queries.ADMIN_PRINCIPALS, {"limit": 50}),
             "failures": await self._fetch(console_queries.FAILURES_SINCE, {"window_s": window_s}),
             "recent": await self._fetch(admin_queries.ADMIN_RECENT_FAILURES, {"limit": 10}),
+            "workers": await self._fetch(fleet_queries.WORKERS, {"all": False}),
         }
 
     async def record_console_action(

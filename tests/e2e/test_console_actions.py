@@ -238,3 +238,31 @@ def test_an_admin_pauses_a_tool_and_sees_the_audit_row_then_clears_it(
         ("set tool limit", "tool con_limited", 1),
         ("clear tool limit", "tool con_limited", 1),
     ]
+
+
+def test_the_overview_lists_the_live_workers_with_the_jobs_on_them(
+    page: Any, console: dict[str, Any]
+) -> None:
+    gate = console["gates"] / f"gate-{uuid.uuid4().hex[:6]}"
+    job = _job_of(console, console["alice"].start("con_hold", {"text": "on a worker", "gate": str(gate)}))
+    wait_until(lambda: _row(console, job)["worker"], 30, 0.05, what="the job to be claimed")
+    host, pid = str(_row(console, job)["worker"]).split(":")[:2]
+    with psycopg.connect(console["dsn"]) as conn:
+        registered = conn.execute(
+            "SELECT node, queues, slots FROM mcp_workers WHERE kind = 'worker' AND hostname = %s"
+            " AND (pid = %s OR %s = ANY(pids)) AND expires_at > now()",
+            (host, int(pid), int(pid)),
+        ).fetchone()
+    assert registered is not None
+    node, queues, slots = registered
+    page.goto("/console/")
+    row = page.locator(f'#workers tbody tr[data-node="{node}"]')
+    cells = row.locator("td").all_inner_texts()
+    assert cells[:4] == [node, "worker", ", ".join(queues), str(slots)]
+    assert "con_hold working" in cells[5]
+    assert row.locator(f'a[href="/console/tasks/{job}"]').count() == 1
+    assert re.fullmatch(r"\d+\.\d s ago", cells[6])
+    gate.touch()
+    wait_until(lambda: _row(console, job)["status"] == "completed", 30, 0.05, what="the job to end")
+    page.goto("/console/")
+    assert page.locator(f'#workers tbody tr[data-node="{node}"] a[href="/console/tasks/{job}"]').count() == 0
