@@ -44,7 +44,7 @@ MAX_REASONS = 5
 
 def _bulk_filter(form: Mapping[str, str]) -> tuple[TaskFilter, dict[str, str]]:
     """The list filter a bulk form carries (never its cursor or page size), and its fields."""
-    fields = {name: form[name] for name in listing.FIELDS if name != "limit" and form.get(name, "").strip()}
+    fields = listing.filter_fields(form)
     return listing.parse(fields), fields
 
 

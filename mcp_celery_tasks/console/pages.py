@@ -171,6 +171,11 @@ class Console(Actions):
         older = listing.query(params, before=listing.cursor(page.rows[-1])) if page.more else None
         shown = [str(row["job_id"]) for row in page.rows]
         follow = urlencode([("job", job) for job in shown]) if 0 < len(shown) <= live.MAX_LIVE_ROWS else ""
+        if where.before is None and len(shown) <= live.MAX_LIVE_ROWS:  # the first page: new rows too
+            after = [("after", listing.cursor(page.rows[0]))] if page.rows else []
+            follow = urlencode([*listing.filter_fields(params).items(), ("news", "1"), *after]) + (
+                f"&{follow}" if follow else ""
+            )
         newest = listing.query(params, before=None) if where.before is not None else None
         return html(
             render(
@@ -208,8 +213,10 @@ class Console(Actions):
 
     async def tasks_live(self, request: Request, admin: Admin) -> Response:
         jobs = list(dict.fromkeys(request.query_params.getlist("job")))[: live.MAX_LIVE_ROWS]
+        params = dict(request.query_params)
+        news = listing.parse({**listing.filter_fields(params), "after": params.get("after", "")})
         return StreamingResponse(
-            live.row_changes(self.services_of(request), jobs),
+            live.row_changes(self.services_of(request), jobs, news if params.get("news") else None),
             media_type="text/event-stream",
             headers={**HEADERS, "X-Accel-Buffering": "no"},
         )

@@ -48,12 +48,17 @@ class TaskFilter:
     until: datetime | None = None
     job: str | None = None
     before: tuple[datetime, str] | None = None
+    after: tuple[datetime, str] | None = None
+    """Only rows newer than this (created_at, job_id): the live list's new rows."""
 
     def statement(self, limit: int) -> tuple[LiteralString, dict[str, object]]:
         conditions, params = self.conditions(limit)
         if self.before is not None:
             conditions.append(console_queries.FIELD_FILTERS["before"])
             params["before_at"], params["before_job"] = self.before
+        if self.after is not None:
+            conditions.append(console_queries.FIELD_FILTERS["after"])
+            params["after_at"], params["after_job"] = self.after
         return console_queries.list_statement(conditions), params
 
     def conditions(self, limit: int) -> tuple[list[LiteralString], dict[str, object]]:

@@ -45,6 +45,8 @@ FIELD_FILTERS: Final[dict[str, LiteralString]] = {
     "job_exact": "t.job_id = %(job)s",
     # The keyset cursor: rows strictly after the last one shown (ix_mcp_tasks_created_at_job_id).
     "before": "(t.created_at, t.job_id) < (%(before_at)s, %(before_job)s)",
+    # The live list's new rows: strictly newer than the newest one the page shows (the same index).
+    "after": "(t.created_at, t.job_id) > (%(after_at)s, %(after_job)s)",
 }
 
 _LIST_HEAD: Final[LiteralString] = f"""
@@ -102,7 +104,7 @@ FROM mcp_tasks t WHERE t.job_id = %(job_id)s
 # The live list: the rows of the jobs one page shows (their unique index), as that page shows them.
 ROWS_BY_JOBS: Final[LiteralString] = f"""
 SELECT t.task_id, t.job_id, {DISPLAY_STATUS} AS shown, t.status, t.status_message, t.attempts,
-       t.started_at, t.finished_at
+       t.started_at, t.finished_at, t.created_at
 FROM mcp_tasks t WHERE t.job_id = ANY(%(jobs)s)
 """
 

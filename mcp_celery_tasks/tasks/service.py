@@ -219,6 +219,7 @@ class TaskService:
         # The row is committed (autocommit): a tasks/get for this id resolves from here on
         # (SEP-2663 S-12). Publishing happens off the loop; the sweeper covers a crash here.
         self._publisher.publish_job(record.job_id, record.queue, tracing.inject())
+        self._events.announce_created()
         metrics.tasks_created.labels(spec.name, "task" if as_task else "sync").inc()
         return record
 

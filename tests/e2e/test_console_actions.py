@@ -266,3 +266,54 @@ def test_the_overview_lists_the_live_workers_with_the_jobs_on_them(
     wait_until(lambda: _row(console, job)["status"] == "completed", 30, 0.05, what="the job to end")
     page.goto("/console/")
     assert page.locator(f'#workers tbody tr[data-node="{node}"] a[href="/console/tasks/{job}"]').count() == 0
+
+
+def test_a_new_task_appears_on_an_open_list_without_a_reload(page: Any, console: dict[str, Any]) -> None:
+    expect = pytest.importorskip("playwright.sync_api").expect
+    gate = console["gates"] / f"gate-{uuid.uuid4().hex[:6]}"
+    since = _now(console)
+    page.goto(f"/console/tasks?tool=con_hold&since={since.isoformat().replace('+', '%2B')}")
+    expect(page.locator("#tasks td.empty")).to_have_count(1)
+    page.evaluate("window.notReloaded = true")
+    # Created through this API: its create wakes the open list at once.
+    job = _job_of(console, console["alice"].start("con_hold", {"text": "fresh", "gate": str(gate)}))
+    row = page.locator(f'#tasks tr[data-job="{job}"]')
+    expect(row).to_have_count(1, timeout=3_000)
+    assert row.locator("td").all_inner_texts()[2:5] == [
+        "con_hold",
+        "token:alice",
+        _row(console, job)["queue"],
+    ]
+    assert page.locator("#tasks td.empty").count() == 0
+    # Followed like the rows shown: its end reaches the page too.
+    gate.touch()
+    expect(row.locator("[data-row-live=status]")).to_have_text("completed", timeout=5_000)
+    # A principal's name with markup lands as text; a task of another filter stays off the list.
+    mallory = _job_of(console, console["mallory"].start("con_hold", {"text": "x"}))
+    other = _job_of(console, console["alice"].start("con_fail", {"text": "not listed"}))
+    expect(page.locator(f'#tasks tr[data-job="{mallory}"] td').nth(3)).to_have_text(
+        "token:<b id=pwned-name>mallory</b>", timeout=3_000
+    )
+    assert page.locator("#pwned-name").count() == 0
+    assert page.locator(f'#tasks tr[data-job="{other}"]').count() == 0
+    # Created elsewhere (another replica, whose create this process never sees): it shows with
+    # the next NOTIFY of any task.
+    with psycopg.connect(console["dsn"], autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, status, retention_ms,"
+            " poll_interval_ms, queue, max_attempts, protocol_version, client_capabilities)"
+            " SELECT 'elsewhere-' || job_id, 'e' || substr(job_id, 2), owner, tool_name, arguments,"
+            " 'completed', retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,"
+            " client_capabilities FROM mcp_tasks WHERE job_id = %s",
+            (job,),
+        )
+        elsewhere = "e" + job[1:]
+        time.sleep(0.5)
+        assert page.locator(f'#tasks tr[data-job="{elsewhere}"]').count() == 0  # no signal yet
+        conn.execute("SELECT pg_notify('mcp_task_events', 'some-other-task')")
+    expect(page.locator(f'#tasks tr[data-job="{elsewhere}"]')).to_have_count(1, timeout=3_000)
+    assert page.evaluate("window.notReloaded") is True
+    assert [r.get_attribute("data-job") for r in page.locator("#tasks tbody tr").all()][:2] == [
+        elsewhere,
+        mallory,
+    ]
