@@ -32,6 +32,7 @@ from mcp_celery_tasks.console.security import (
     Sessions,
     ToolCaller,
 )
+from mcp_celery_tasks.console.throttle import FailedLogins
 from mcp_celery_tasks.console.views import task_view
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.json_types import JSONValue
@@ -62,13 +63,20 @@ async def _form(request: Request) -> dict[str, str]:
 class Console(Actions):
     def __init__(self, settings: Settings, is_tool_caller: ToolCaller, services_of: ServicesOf) -> None:
         self.sessions = Sessions(settings, is_tool_caller)
+        self.failed_logins = FailedLogins()
         self.services_of = services_of
         self.secure_default = settings.resource_url is not None and settings.resource_url.startswith("https")
 
     def _admin(self, request: Request) -> Admin:
         authorization = request.headers.get("authorization")
-        if authorization:
-            return self.sessions.bearer(authorization)
+        if authorization:  # a token tried on every request: held back like the sign-in form's
+            address = _address(request)
+            self.failed_logins.check(address)
+            try:
+                return self.sessions.bearer(authorization)
+            except Refused:
+                self.failed_logins.failed(address)
+                raise
         return self.sessions.admin(request.cookies.get(SESSION_COOKIE))
 
     def page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -130,10 +138,16 @@ class Console(Actions):
         return response
 
     async def login(self, request: Request) -> Response:
+        address = _address(request)
         try:
+            self.failed_logins.check(address)
             form = await _form(request)
             self.sessions.check_login_nonce(request.cookies.get(LOGIN_COOKIE), form.get("csrf"))
-            name = self.sessions.admin_name(form.get("token", ""))
+            try:
+                name = self.sessions.admin_name(form.get("token", ""))
+            except Refused:
+                self.failed_logins.failed(address)
+                raise
         except Refused as refused:
             nonce = self.sessions.login_nonce()
             page = render("login.html", prefix=PREFIX, csrf=nonce, next=f"{PREFIX}/", error=str(refused))
@@ -275,6 +289,10 @@ class Console(Actions):
             return Response(status_code=404, headers=HEADERS)
         body = files("mcp_celery_tasks.console").joinpath("static", name).read_bytes()
         return Response(body, media_type=_STATIC[name], headers={**HEADERS, "Cache-Control": "max-age=300"})
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client is not None else "?"
 
 
 def _next(target: str | None) -> str:

@@ -14,7 +14,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.e2e.test_console import _admin_http, _csrf, _job_of, _row, browser, console, page
+from tests.e2e.test_console import ADMIN_TOKEN, _admin_http, _csrf, _job_of, _row, browser, console, page
 from tests.support import wait_until
 
 __all__ = ["browser", "console", "page"]  # the fixtures, for pytest
@@ -317,3 +317,26 @@ def test_a_new_task_appears_on_an_open_list_without_a_reload(page: Any, console:
         elsewhere,
         mallory,
     ]
+
+
+def _sign_in(http: httpx.Client, token: str) -> httpx.Response:
+    form = http.get("/console/login")
+    nonce = re.search(r'name="csrf" value="([^"]+)"', form.text)
+    assert nonce is not None
+    return http.post("/console/login", data={"csrf": nonce.group(1), "token": token, "next": "/console/"})
+
+
+def test_ten_failed_sign_ins_from_an_address_hold_it_back_for_a_minute(console: dict[str, Any]) -> None:
+    # From 127.0.0.2 (the loopback is all of 127/8): the module's other tests sign in from 127.0.0.1.
+    transport = httpx.HTTPTransport(local_address="127.0.0.2")
+    with httpx.Client(base_url=console["base"], transport=transport, timeout=30) as guesser:
+        for n in range(10):
+            assert _sign_in(guesser, f"guess-{n}").status_code == 401
+        held = _sign_in(guesser, ADMIN_TOKEN)  # the right token too: no guess is checked now
+        assert held.status_code == 429 and "too many failed sign-ins" in held.text
+        assert "mcp_console=" not in held.headers.get("set-cookie", "")
+        bearer = guesser.get("/console/tasks", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+        assert bearer.status_code == 429
+    # Another address signs in as before.
+    with httpx.Client(base_url=console["base"], timeout=30) as admin:
+        assert _sign_in(admin, ADMIN_TOKEN).status_code == 303
