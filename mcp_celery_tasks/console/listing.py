@@ -18,18 +18,23 @@ from mcp_celery_tasks.store.console_queries import STATUS_FILTERS
 
 __all__ = [
     "FIELDS",
+    "FILTERS",
     "PAGE_ROWS",
     "STATUSES",
     "BadFilter",
     "cursor",
     "filter_fields",
+    "oldest",
     "page_size",
     "parse",
     "query",
 ]
 
 STATUSES = tuple(STATUS_FILTERS)
-FIELDS = ("status", "tool", "owner", "queue", "since", "until", "job", "limit")
+FIELDS = ("status", "tool", "owner", "queue", "since", "until", "job", "limit", "order")
+FILTERS = tuple(name for name in FIELDS if name not in ("limit", "order"))
+"""The fields that choose tasks (a bulk action's filter); ``limit`` and ``order`` only show them."""
+ORDERS = ("newest", "oldest")
 PAGE_ROWS = 50
 MAX_PAGE_ROWS = 500
 MAX_FIELD_CHARS = 256
@@ -82,7 +87,16 @@ def _cursor(name: str, given: str | None) -> tuple[datetime, str] | None:
 
 def filter_fields(params: Mapping[str, str]) -> dict[str, str]:
     """The filter's own fields of a list URL (no cursor, no page size)."""
-    return {name: params[name] for name in FIELDS if name != "limit" and params.get(name, "").strip()}
+    return {name: params[name] for name in FILTERS if params.get(name, "").strip()}
+
+
+def oldest(params: Mapping[str, str]) -> bool:
+    """``?order=oldest``: oldest first (the same index, read forwards; pages by ``after``).
+    Other orders (last update, status) would each need an index of their own on the table."""
+    given = params.get("order", "").strip() or "newest"
+    if given not in ORDERS:
+        raise BadFilter(f"order: one of {', '.join(ORDERS)}")
+    return given == "oldest"
 
 
 def page_size(params: Mapping[str, str]) -> int:
@@ -97,7 +111,7 @@ def page_size(params: Mapping[str, str]) -> int:
 
 def query(params: Mapping[str, str], **changes: str | None) -> str:
     """The list's query string with ``changes`` applied (None drops a parameter)."""
-    kept = {name: params[name] for name in (*FIELDS, "before") if params.get(name)}
+    kept = {name: params[name] for name in (*FIELDS, "before", "after") if params.get(name)}
     for name, value in changes.items():
         if value is None:
             kept.pop(name, None)

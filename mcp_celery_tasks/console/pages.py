@@ -180,17 +180,22 @@ class Console(Actions):
 
     async def tasks(self, request: Request, admin: Admin) -> Response:
         params = dict(request.query_params)
-        where = listing.parse(params)
-        page = await self.services_of(request).store.console_tasks(where, listing.page_size(params))
-        older = listing.query(params, before=listing.cursor(page.rows[-1])) if page.more else None
+        where, oldest = listing.parse(params), listing.oldest(params)
+        store = self.services_of(request).store
+        page = await store.console_tasks(where, listing.page_size(params), oldest=oldest)
+        older = None
+        if page.more:
+            last = listing.cursor(page.rows[-1])
+            older = listing.query(params, after=last) if oldest else listing.query(params, before=last)
         shown = [str(row["job_id"]) for row in page.rows]
         follow = urlencode([("job", job) for job in shown]) if 0 < len(shown) <= live.MAX_LIVE_ROWS else ""
-        if where.before is None and len(shown) <= live.MAX_LIVE_ROWS:  # the first page: new rows too
+        first = where.before is None and where.after is None
+        if first and not oldest and len(shown) <= live.MAX_LIVE_ROWS:  # the first page: new rows too
             after = [("after", listing.cursor(page.rows[0]))] if page.rows else []
             follow = urlencode([*listing.filter_fields(params).items(), ("news", "1"), *after]) + (
                 f"&{follow}" if follow else ""
             )
-        newest = listing.query(params, before=None) if where.before is not None else None
+        newest = None if first else listing.query(params, before=None, after=None)
         return html(
             render(
                 "tasks.html",
@@ -202,7 +207,8 @@ class Console(Actions):
                 older=older,
                 newest=newest,
                 follow=follow,
-                bulk_fields=[name for name in listing.FIELDS if name != "limit"],
+                bulk_fields=listing.FILTERS,
+                oldest=oldest,
             )
         )
 

@@ -51,7 +51,7 @@ class TaskFilter:
     after: tuple[datetime, str] | None = None
     """Only rows newer than this (created_at, job_id): the live list's new rows."""
 
-    def statement(self, limit: int) -> tuple[LiteralString, dict[str, object]]:
+    def statement(self, limit: int, oldest: bool = False) -> tuple[LiteralString, dict[str, object]]:
         conditions, params = self.conditions(limit)
         if self.before is not None:
             conditions.append(console_queries.FIELD_FILTERS["before"])
@@ -59,7 +59,7 @@ class TaskFilter:
         if self.after is not None:
             conditions.append(console_queries.FIELD_FILTERS["after"])
             params["after_at"], params["after_job"] = self.after
-        return console_queries.list_statement(conditions), params
+        return console_queries.list_statement(conditions, oldest), params
 
     def conditions(self, limit: int) -> tuple[list[LiteralString], dict[str, object]]:
         """The filter's WHERE fragments and parameters, without the page cursor."""
@@ -97,9 +97,10 @@ class ConsoleReads:
     async def _fetch(self, sql: LiteralString, params: Mapping[str, object]) -> list[Mapping[str, object]]:
         raise NotImplementedError  # ApiStore's
 
-    async def console_tasks(self, where: TaskFilter, limit: int = 50) -> TaskPage:
-        """One page of tasks, newest first (one row more is read to know whether more follow)."""
-        sql, params = where.statement(limit + 1)
+    async def console_tasks(self, where: TaskFilter, limit: int = 50, *, oldest: bool = False) -> TaskPage:
+        """One page of tasks, newest (or oldest) first (one row more is read to know whether more
+        follow)."""
+        sql, params = where.statement(limit + 1, oldest)
         rows = await self._fetch(sql, params)
         return TaskPage(rows[:limit], len(rows) > limit)
 

@@ -56,10 +56,11 @@ FROM mcp_tasks t
 WHERE """
 
 
-def list_statement(conditions: Iterable[LiteralString]) -> LiteralString:
-    """The task list, newest first, under ``conditions`` (fragments of this module)."""
+def list_statement(conditions: Iterable[LiteralString], oldest: bool = False) -> LiteralString:
+    """The task list, newest (or oldest) first, under ``conditions`` (fragments of this module)."""
     where = " AND ".join(["true", *conditions])
-    return _LIST_HEAD + where + "\nORDER BY t.created_at DESC, t.job_id DESC\nLIMIT %(limit)s"
+    order: LiteralString = "ASC" if oldest else "DESC"
+    return _LIST_HEAD + where + f"\nORDER BY t.created_at {order}, t.job_id {order}\nLIMIT %(limit)s"
 
 
 # What a bulk action may act on: cancel, the tasks still active; retry, the finished ones that

@@ -319,6 +319,23 @@ def test_a_new_task_appears_on_an_open_list_without_a_reload(page: Any, console:
     ]
 
 
+def test_the_list_sorts_oldest_first_and_pages_on(console: dict[str, Any]) -> None:
+    since = _now(console)
+    jobs = [_failed(console, f"ordered {n}") for n in range(3)]
+    http = _admin_http(console)
+    path: str | None = f"/console/tasks?tool=con_fail&order=oldest&limit=2&since={since.isoformat()}"
+    seen: list[str] = []
+    while path is not None:
+        shown = http.get(path.replace("+", "%2B"))
+        assert shown.status_code == 200, shown.text
+        seen += re.findall(r'<tr data-job="([^"]+)">', shown.text)
+        later = re.search(r'id="older" href="([^"]+)">later', shown.text)
+        path = later.group(1).replace("&amp;", "&") if later else None
+    assert seen == jobs
+    assert http.get("/console/tasks?order=sideways").status_code == 400
+    http.close()
+
+
 def _sign_in(http: httpx.Client, token: str) -> httpx.Response:
     form = http.get("/console/login")
     nonce = re.search(r'name="csrf" value="([^"]+)"', form.text)

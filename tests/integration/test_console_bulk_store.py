@@ -49,3 +49,25 @@ async def test_bulk_actions_find_exactly_the_tasks_they_may_act_on(api: ApiStore
         owned = {row[0] for row in conn.execute("SELECT job_id FROM mcp_tasks WHERE owner = 'token:user1'")}
     narrowed = await api.console_bulk_rows(TaskFilter(owner="token:user1"), "retry", 10_000)
     assert [row["job_id"] for row in narrowed] == [job for job in retryable if job in owned]
+
+
+async def test_the_list_pages_oldest_first_by_the_same_keyset(api: ApiStore, db_url: str) -> None:
+    from mcp_celery_tasks.console import listing
+
+    fill(db_url, 120, owners=2, active=3)
+    with psycopg.connect(db_url) as conn:
+        expected = [
+            row[0]
+            for row in conn.execute(
+                "SELECT job_id FROM mcp_tasks WHERE owner = 'token:user0' ORDER BY created_at, job_id"
+            )
+        ]
+    seen: list[str] = []
+    params = {"owner": "token:user0", "order": "oldest"}
+    while True:
+        page = await api.console_tasks(listing.parse(params), 7, oldest=listing.oldest(params))
+        seen += [str(row["job_id"]) for row in page.rows]
+        if not page.more:
+            break
+        params = {**params, "after": listing.cursor(page.rows[-1])}
+    assert seen == expected  # ties on created_at across page ends: none skipped, none twice
