@@ -357,3 +357,32 @@ def test_ten_failed_sign_ins_from_an_address_hold_it_back_for_a_minute(console: 
     # Another address signs in as before.
     with httpx.Client(base_url=console["base"], timeout=30) as admin:
         assert _sign_in(admin, ADMIN_TOKEN).status_code == 303
+
+
+def test_a_bulk_retry_obeys_the_principals_rate_and_counts_what_it_refused(console: dict[str, Any]) -> None:
+    from mcp_celery_tasks.tasks.quotas import OVERRIDES_TTL_S
+
+    since = _now(console)
+    mallory = console["mallory"]
+    jobs = [_job_of(console, mallory.start("con_fail", {"text": f"rate {n}"})) for n in range(3)]
+    wait_until(
+        lambda: all(_row(console, job)["status"] == "failed" for job in jobs), 30, 0.05, what="failures"
+    )
+    owner = _row(console, jobs[0])["owner"]
+    http = _admin_http(console)
+    csrf = _csrf(http, "/console/limits")
+    # One create now, then one every 1000 s: the retries go through the same quotas as any create.
+    limits = {"csrf": csrf, "principal": owner, "creates_per_second": "0.001", "create_burst": "1"}
+    assert http.post("/console/limits", data=limits).status_code == 303
+    time.sleep(OVERRIDES_TTL_S + 0.5)  # the API re-reads overrides this often
+    form = {"action": "retry", "owner": owner, "since": since.isoformat(), "count": "3", "csrf": csrf}
+    done = http.post("/console/bulk", data=form)
+    assert done.status_code == 200, done.text
+    assert sum(len(_retries_of(console, job)) for job in jobs) == 1
+    bulk = [a for a in _actions(console, since) if a[1] == "bulk retry"]
+    ((_, _, _, affected, detail),) = bulk
+    assert affected == 1 and detail["refused_by_quota"] == 2 and detail["already_retried"] == 0
+    assert "Too many tasks created" in detail["reasons"][0]
+    with psycopg.connect(console["dsn"], autocommit=True) as conn:
+        conn.execute("DELETE FROM mcp_principal_limits WHERE principal = %s", (owner,))
+    http.close()
