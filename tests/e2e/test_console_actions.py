@@ -276,9 +276,11 @@ def test_a_new_task_appears_on_an_open_list_without_a_reload(page: Any, console:
     expect(page.locator("#tasks td.empty")).to_have_count(1)
     page.evaluate("window.notReloaded = true")
     # Created through this API: its create wakes the open list at once.
+    started = time.monotonic()
     job = _job_of(console, console["alice"].start("con_hold", {"text": "fresh", "gate": str(gate)}))
     row = page.locator(f'#tasks tr[data-job="{job}"]')
     expect(row).to_have_count(1, timeout=3_000)
+    print(f"create to the row on the open list: {time.monotonic() - started:.3f} s")
     assert row.locator("td").all_inner_texts()[2:5] == [
         "con_hold",
         "token:alice",
