@@ -10,10 +10,13 @@ the API (``mcp_tasks_api``) only reads limits: the page then refuses with 403 an
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from mcp_celery_tasks.console.security import Refused
+from mcp_celery_tasks.lifecycle import ALL_GROUPS
+from mcp_celery_tasks.tools.concurrency import MAX_CONCURRENCY
 
-__all__ = ["FIELDS", "parse_limits"]
+__all__ = ["FIELDS", "ToolLimit", "parse_limits", "parse_tool_limit"]
 
 FIELDS: dict[str, tuple[str, type[int] | type[float] | type[str], int]] = {
     "max_active_tasks": ("tasks working or waiting at once", int, 0),
@@ -53,3 +56,32 @@ def parse_limits(form: Mapping[str, str]) -> tuple[str, dict[str, object]]:
     if not limits:
         raise Refused(400, "give at least one limit to change")
     return principal, limits
+
+
+@dataclass(frozen=True, slots=True)
+class ToolLimit:
+    """A tool concurrency change: ``concurrency`` None clears the override (back to the declared
+    limit); ``group`` is one group's label (``model=moons``) or ``ALL_GROUPS``."""
+
+    tool: str
+    group: str
+    concurrency: int | None
+    note: str | None
+
+
+def parse_tool_limit(form: Mapping[str, str]) -> ToolLimit:
+    """The tool limit form (``op`` set or clear); ``Refused(400)`` for anything unusable."""
+    tool, group = form.get("tool", "").strip(), form.get("key", "").strip() or ALL_GROUPS
+    for name, value in (("tool", tool), ("key", group)):
+        if not value or len(value) > MAX_PRINCIPAL_CHARS or not value.isprintable():
+            raise Refused(400, f"{name}: 1 to {MAX_PRINCIPAL_CHARS} printable characters")
+    note = form.get("note", "").strip() or None
+    if note is not None and len(note) > MAX_NOTE_CHARS:
+        raise Refused(400, f"note: at most {MAX_NOTE_CHARS} characters")
+    op = form.get("op", "set")
+    if op == "clear":
+        return ToolLimit(tool, group, None, None)
+    given = form.get("concurrency", "").strip()
+    if op != "set" or not given.isdigit() or int(given) > MAX_CONCURRENCY:
+        raise Refused(400, f"concurrency: runs at once, 0 (paused) to {MAX_CONCURRENCY}")
+    return ToolLimit(tool, group, int(given), note)

@@ -1,7 +1,8 @@
 """The task list's filters as URL query parameters, so a saved filter is a URL.
 
 ``?status=failed&tool=train&owner=token:alice&queue=gpu&since=2026-12-03T10:00&until=…&job=ab12``
-and the keyset cursor ``before=<created_at ISO>~<job_id>`` (the last row of the page shown). An
+and the keyset cursor ``before=<created_at ISO>~<job_id>`` (the last row of the page shown; the
+live list's ``after=`` is the first row's, for rows newer than it). An
 unknown status or an unreadable time is a ``BadFilter`` (HTTP 400), never ignored: a filter that
 silently widened would show an admin the wrong tasks.
 """
@@ -15,10 +16,25 @@ from urllib.parse import urlencode
 from mcp_celery_tasks.store.console_calls import TaskFilter
 from mcp_celery_tasks.store.console_queries import STATUS_FILTERS
 
-__all__ = ["FIELDS", "PAGE_ROWS", "STATUSES", "BadFilter", "cursor", "page_size", "parse", "query"]
+__all__ = [
+    "FIELDS",
+    "FILTERS",
+    "PAGE_ROWS",
+    "STATUSES",
+    "BadFilter",
+    "cursor",
+    "filter_fields",
+    "oldest",
+    "page_size",
+    "parse",
+    "query",
+]
 
 STATUSES = tuple(STATUS_FILTERS)
-FIELDS = ("status", "tool", "owner", "queue", "since", "until", "job", "limit")
+FIELDS = ("status", "tool", "owner", "queue", "since", "until", "job", "limit", "order")
+FILTERS = tuple(name for name in FIELDS if name not in ("limit", "order"))
+"""The fields that choose tasks (a bulk action's filter); ``limit`` and ``order`` only show them."""
+ORDERS = ("newest", "oldest")
 PAGE_ROWS = 50
 MAX_PAGE_ROWS = 500
 MAX_FIELD_CHARS = 256
@@ -38,19 +54,15 @@ def _when(name: str, value: str) -> datetime:
 
 def parse(params: Mapping[str, str]) -> TaskFilter:
     """The filter a list URL names (empty values mean no filter)."""
-    given = {name: params[name].strip() for name in (*FIELDS, "before") if params.get(name, "").strip()}
+    given = {
+        name: params[name].strip() for name in (*FIELDS, "before", "after") if params.get(name, "").strip()
+    }
     for name, value in given.items():
         if len(value) > MAX_FIELD_CHARS:
             raise BadFilter(f"{name}: at most {MAX_FIELD_CHARS} characters")
     status = given.get("status")
     if status is not None and status not in STATUS_FILTERS:
         raise BadFilter(f"status: one of {', '.join(STATUSES)}")
-    before = None
-    if "before" in given:
-        at, sep, job = given["before"].rpartition("~")
-        if not sep or not job:
-            raise BadFilter("before: not a page cursor")
-        before = (_when("before", at), job)
     return TaskFilter(
         status=status,
         tool=given.get("tool"),
@@ -59,8 +71,32 @@ def parse(params: Mapping[str, str]) -> TaskFilter:
         since=_when("since", given["since"]) if "since" in given else None,
         until=_when("until", given["until"]) if "until" in given else None,
         job=given.get("job"),
-        before=before,
+        before=_cursor("before", given.get("before")),
+        after=_cursor("after", given.get("after")),
     )
+
+
+def _cursor(name: str, given: str | None) -> tuple[datetime, str] | None:
+    if given is None:
+        return None
+    at, sep, job = given.rpartition("~")
+    if not sep or not job:
+        raise BadFilter(f"{name}: not a page cursor")
+    return (_when(name, at), job)
+
+
+def filter_fields(params: Mapping[str, str]) -> dict[str, str]:
+    """The filter's own fields of a list URL (no cursor, no page size)."""
+    return {name: params[name] for name in FILTERS if params.get(name, "").strip()}
+
+
+def oldest(params: Mapping[str, str]) -> bool:
+    """``?order=oldest``: oldest first (the same index, read forwards; pages by ``after``).
+    Other orders (last update, status) would each need an index of their own on the table."""
+    given = params.get("order", "").strip() or "newest"
+    if given not in ORDERS:
+        raise BadFilter(f"order: one of {', '.join(ORDERS)}")
+    return given == "oldest"
 
 
 def page_size(params: Mapping[str, str]) -> int:
@@ -75,7 +111,7 @@ def page_size(params: Mapping[str, str]) -> int:
 
 def query(params: Mapping[str, str], **changes: str | None) -> str:
     """The list's query string with ``changes`` applied (None drops a parameter)."""
-    kept = {name: params[name] for name in (*FIELDS, "before") if params.get(name)}
+    kept = {name: params[name] for name in (*FIELDS, "before", "after") if params.get(name)}
     for name, value in changes.items():
         if value is None:
             kept.pop(name, None)

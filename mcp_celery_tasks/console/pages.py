@@ -14,10 +14,12 @@ from importlib.resources import files
 from urllib.parse import parse_qs, quote, urlencode
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mcp_celery_tasks.console import listing, live
+from mcp_celery_tasks.console.actions import Actions, ServicesOf
+from mcp_celery_tasks.console.http import PREFIX, html, refusal
 from mcp_celery_tasks.console.limits import FIELDS, parse_limits
 from mcp_celery_tasks.console.render import render
 from mcp_celery_tasks.console.security import (
@@ -30,10 +32,10 @@ from mcp_celery_tasks.console.security import (
     Sessions,
     ToolCaller,
 )
+from mcp_celery_tasks.console.throttle import FailedLogins
 from mcp_celery_tasks.console.views import task_view
 from mcp_celery_tasks.errors import InfrastructureError
 from mcp_celery_tasks.json_types import JSONValue
-from mcp_celery_tasks.protocol.services import Services
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store.console_calls import NotPermitted
 
@@ -41,20 +43,10 @@ __all__ = ["PREFIX", "console_routes"]
 
 logger = logging.getLogger("mcp_celery_tasks.console")
 
-PREFIX = "/console"
 MAX_FORM_BYTES = 16_384
 _STATIC = {"console.js": "text/javascript", "console.css": "text/css"}
 
-ServicesOf = Callable[[Request], Services]
 Handler = Callable[[Request, Admin], Awaitable[Response]]
-
-
-def _html(body: str, status: int = 200) -> Response:
-    return HTMLResponse(body, status_code=status, headers=HEADERS)
-
-
-def _refusal(refused: Refused) -> Response:
-    return _html(render("refused.html", message=str(refused), prefix=PREFIX), refused.status)
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -68,16 +60,23 @@ async def _form(request: Request) -> dict[str, str]:
     return {name: values[0] for name, values in fields.items()}
 
 
-class Console:
+class Console(Actions):
     def __init__(self, settings: Settings, is_tool_caller: ToolCaller, services_of: ServicesOf) -> None:
         self.sessions = Sessions(settings, is_tool_caller)
+        self.failed_logins = FailedLogins()
         self.services_of = services_of
         self.secure_default = settings.resource_url is not None and settings.resource_url.startswith("https")
 
     def _admin(self, request: Request) -> Admin:
         authorization = request.headers.get("authorization")
-        if authorization:
-            return self.sessions.bearer(authorization)
+        if authorization:  # a token tried on every request: held back like the sign-in form's
+            address = _address(request)
+            self.failed_logins.check(address)
+            try:
+                return self.sessions.bearer(authorization)
+            except Refused:
+                self.failed_logins.failed(address)
+                raise
         return self.sessions.admin(request.cookies.get(SESSION_COOKIE))
 
     def page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -90,13 +89,13 @@ class Console:
                 if refused.status == 401 and "authorization" not in request.headers:
                     back = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
                     return RedirectResponse(f"{PREFIX}/login?next={back}", 303, headers=HEADERS)
-                return _refusal(refused)
+                return refusal(refused)
             try:
                 return await handler(request, admin)
             except listing.BadFilter as bad:
-                return _refusal(Refused(400, str(bad)))
+                return refusal(Refused(400, str(bad)))
             except InfrastructureError:
-                return _refusal(Refused(503, "the task database is unavailable; try again shortly"))
+                return refusal(Refused(503, "the task database is unavailable; try again shortly"))
 
         return endpoint
 
@@ -111,11 +110,13 @@ class Console:
                 request.state.form = form
                 return await handler(request, admin)
             except Refused as refused:
-                return _refusal(refused)
+                return refusal(refused)
             except NotPermitted as denied:
-                return _refusal(Refused(403, str(denied)))
+                return refusal(Refused(403, str(denied)))
+            except listing.BadFilter as bad:
+                return refusal(Refused(400, str(bad)))
             except InfrastructureError:
-                return _refusal(Refused(503, "the task database is unavailable; try again shortly"))
+                return refusal(Refused(503, "the task database is unavailable; try again shortly"))
 
         return endpoint
 
@@ -129,7 +130,7 @@ class Console:
         page = render(
             "login.html", prefix=PREFIX, csrf=nonce, next=_next(request.query_params.get("next")), error=""
         )
-        response = _html(page)
+        response = html(page)
         response.set_cookie(
             LOGIN_COOKIE, nonce, max_age=600, path=PREFIX, httponly=True, samesite="strict",
             secure=self._secure(request),
@@ -137,14 +138,20 @@ class Console:
         return response
 
     async def login(self, request: Request) -> Response:
+        address = _address(request)
         try:
+            self.failed_logins.check(address)
             form = await _form(request)
             self.sessions.check_login_nonce(request.cookies.get(LOGIN_COOKIE), form.get("csrf"))
-            name = self.sessions.admin_name(form.get("token", ""))
+            try:
+                name = self.sessions.admin_name(form.get("token", ""))
+            except Refused:
+                self.failed_logins.failed(address)
+                raise
         except Refused as refused:
             nonce = self.sessions.login_nonce()
             page = render("login.html", prefix=PREFIX, csrf=nonce, next=f"{PREFIX}/", error=str(refused))
-            response = _html(page, refused.status)
+            response = html(page, refused.status)
             response.set_cookie(
                 LOGIN_COOKIE, nonce, max_age=600, path=PREFIX, httponly=True, samesite="strict",
                 secure=self._secure(request),
@@ -169,17 +176,27 @@ class Console:
     async def overview(self, request: Request, admin: Admin) -> Response:
         services = self.services_of(request)
         sections = await services.store.console_overview()
-        return _html(render("overview.html", prefix=PREFIX, admin=admin, **sections))
+        return html(render("overview.html", prefix=PREFIX, admin=admin, **sections))
 
     async def tasks(self, request: Request, admin: Admin) -> Response:
         params = dict(request.query_params)
-        where = listing.parse(params)
-        page = await self.services_of(request).store.console_tasks(where, listing.page_size(params))
-        older = listing.query(params, before=listing.cursor(page.rows[-1])) if page.more else None
+        where, oldest = listing.parse(params), listing.oldest(params)
+        store = self.services_of(request).store
+        page = await store.console_tasks(where, listing.page_size(params), oldest=oldest)
+        older = None
+        if page.more:
+            last = listing.cursor(page.rows[-1])
+            older = listing.query(params, after=last) if oldest else listing.query(params, before=last)
         shown = [str(row["job_id"]) for row in page.rows]
         follow = urlencode([("job", job) for job in shown]) if 0 < len(shown) <= live.MAX_LIVE_ROWS else ""
-        newest = listing.query(params, before=None) if where.before is not None else None
-        return _html(
+        first = where.before is None and where.after is None
+        if first and not oldest and len(shown) <= live.MAX_LIVE_ROWS:  # the first page: new rows too
+            after = [("after", listing.cursor(page.rows[0]))] if page.rows else []
+            follow = urlencode([*listing.filter_fields(params).items(), ("news", "1"), *after]) + (
+                f"&{follow}" if follow else ""
+            )
+        newest = None if first else listing.query(params, before=None, after=None)
+        return html(
             render(
                 "tasks.html",
                 prefix=PREFIX,
@@ -190,21 +207,23 @@ class Console:
                 older=older,
                 newest=newest,
                 follow=follow,
+                bulk_fields=listing.FILTERS,
+                oldest=oldest,
             )
         )
 
     async def task(self, request: Request, admin: Admin) -> Response:
         detail = await self.services_of(request).store.console_task(request.path_params["job_id"])
         if detail is None:
-            return _refusal(Refused(404, "no such job (it may have expired)"))
-        return _html(render("task.html", prefix=PREFIX, admin=admin, **task_view(detail)))
+            return refusal(Refused(404, "no such job (it may have expired)"))
+        return html(render("task.html", prefix=PREFIX, admin=admin, **task_view(detail)))
 
     async def task_live(self, request: Request, admin: Admin) -> Response:
         services = self.services_of(request)
         job_id = request.path_params["job_id"]
         detail = await services.store.console_task(job_id)
         if detail is None:
-            return _refusal(Refused(404, "no such job (it may have expired)"))
+            return refusal(Refused(404, "no such job (it may have expired)"))
         task_id = str(detail.task["task_id"])
         return StreamingResponse(
             live.changes(services, task_id, job_id),
@@ -214,8 +233,10 @@ class Console:
 
     async def tasks_live(self, request: Request, admin: Admin) -> Response:
         jobs = list(dict.fromkeys(request.query_params.getlist("job")))[: live.MAX_LIVE_ROWS]
+        params = dict(request.query_params)
+        news = listing.parse({**listing.filter_fields(params), "after": params.get("after", "")})
         return StreamingResponse(
-            live.row_changes(self.services_of(request), jobs),
+            live.row_changes(self.services_of(request), jobs, news if params.get("news") else None),
             media_type="text/event-stream",
             headers={**HEADERS, "X-Accel-Buffering": "no"},
         )
@@ -225,7 +246,7 @@ class Console:
         job_id = request.path_params["job_id"]
         detail = await services.store.console_task(job_id)
         if detail is None:
-            return _refusal(Refused(404, "no such job (it may have expired)"))
+            return refusal(Refused(404, "no such job (it may have expired)"))
         reason = request.state.form.get("reason", "").strip()[:500] or "cancelled by an operator"
         owner = str(detail.task["owner"])
         outcome = await services.tasks.cancel(str(detail.task["task_id"]), owner, f"{reason} ({admin.actor})")
@@ -237,9 +258,21 @@ class Console:
         return RedirectResponse(f"{PREFIX}/tasks/{quote(job_id)}", 303, headers=HEADERS)
 
     async def limits(self, request: Request, admin: Admin) -> Response:
-        rows = await self.services_of(request).store.principal_limits()
+        store = self.services_of(request).store
+        rows = await store.principal_limits()
+        tools, groups = await store.console_tool_limits()
         fields = {name: label for name, (label, _, _) in FIELDS.items()}
-        return _html(render("limits.html", prefix=PREFIX, admin=admin, rows=rows, fields=fields))
+        return html(
+            render(
+                "limits.html",
+                prefix=PREFIX,
+                admin=admin,
+                rows=rows,
+                fields=fields,
+                tools=tools,
+                groups=groups,
+            )
+        )
 
     async def set_limits(self, request: Request, admin: Admin) -> Response:
         principal, limits = parse_limits(request.state.form)
@@ -254,7 +287,7 @@ class Console:
 
     async def audit(self, request: Request, admin: Admin) -> Response:
         actions, limits = await self.services_of(request).store.console_audit()
-        return _html(render("audit.html", prefix=PREFIX, admin=admin, actions=actions, limits=limits))
+        return html(render("audit.html", prefix=PREFIX, admin=admin, actions=actions, limits=limits))
 
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -262,6 +295,10 @@ class Console:
             return Response(status_code=404, headers=HEADERS)
         body = files("mcp_celery_tasks.console").joinpath("static", name).read_bytes()
         return Response(body, media_type=_STATIC[name], headers={**HEADERS, "Cache-Control": "max-age=300"})
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client is not None else "?"
 
 
 def _next(target: str | None) -> str:
@@ -286,8 +323,12 @@ def console_routes(settings: Settings, is_tool_caller: ToolCaller, services_of: 
         Route(f"{PREFIX}/tasks/{{job_id}}", console.page(console.task), methods=["GET"]),
         Route(f"{PREFIX}/tasks/{{job_id}}/live", console.page(console.task_live), methods=["GET"]),
         Route(f"{PREFIX}/tasks/{{job_id}}/cancel", console.action(console.cancel), methods=["POST"]),
+        Route(f"{PREFIX}/tasks/{{job_id}}/retry", console.action(console.retry), methods=["POST"]),
+        Route(f"{PREFIX}/bulk/confirm", console.action(console.bulk_confirm), methods=["POST"]),
+        Route(f"{PREFIX}/bulk", console.action(console.bulk), methods=["POST"]),
         Route(f"{PREFIX}/limits", console.page(console.limits), methods=["GET"]),
         Route(f"{PREFIX}/limits", console.action(console.set_limits), methods=["POST"]),
+        Route(f"{PREFIX}/limits/tool", console.action(console.set_tool_limit), methods=["POST"]),
         Route(f"{PREFIX}/audit", console.page(console.audit), methods=["GET"]),
         Route(f"{PREFIX}/static/{{name}}", console.static, methods=["GET"]),
     ]

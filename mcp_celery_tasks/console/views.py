@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from mcp_celery_tasks.console.render import shown, text
+from mcp_celery_tasks.console.retry import RETRYABLE
 from mcp_celery_tasks.store.console_calls import TaskDetail
 
 __all__ = ["ACTIVE", "live_state", "task_view", "timeline"]
@@ -60,6 +61,7 @@ def task_view(detail: TaskDetail) -> dict[str, Any]:
         "artifacts": detail.artifacts,
         "timeline": timeline(detail.task, detail.inputs),
         "cancellable": task["display_status"] in ACTIVE,
+        "retryable": task["display_status"] in RETRYABLE,
     }
 
 

@@ -18,7 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from mcp_celery_tasks.json_types import JSONObject
-from mcp_celery_tasks.store import admin_queries, console_queries, limit_queries, step_queries
+from mcp_celery_tasks.store import admin_queries, console_queries, fleet_queries, limit_queries, step_queries
 from mcp_celery_tasks.store.limit_calls import PRINCIPAL_FIELDS
 
 __all__ = ["ConsoleReads", "NotPermitted", "TaskDetail", "TaskFilter", "TaskPage"]
@@ -48,8 +48,21 @@ class TaskFilter:
     until: datetime | None = None
     job: str | None = None
     before: tuple[datetime, str] | None = None
+    after: tuple[datetime, str] | None = None
+    """Only rows newer than this (created_at, job_id): the live list's new rows."""
 
-    def statement(self, limit: int) -> tuple[LiteralString, dict[str, object]]:
+    def statement(self, limit: int, oldest: bool = False) -> tuple[LiteralString, dict[str, object]]:
+        conditions, params = self.conditions(limit)
+        if self.before is not None:
+            conditions.append(console_queries.FIELD_FILTERS["before"])
+            params["before_at"], params["before_job"] = self.before
+        if self.after is not None:
+            conditions.append(console_queries.FIELD_FILTERS["after"])
+            params["after_at"], params["after_job"] = self.after
+        return console_queries.list_statement(conditions, oldest), params
+
+    def conditions(self, limit: int) -> tuple[list[LiteralString], dict[str, object]]:
+        """The filter's WHERE fragments and parameters, without the page cursor."""
         conditions: list[LiteralString] = []
         params: dict[str, object] = {"limit": limit}
         if self.status is not None:
@@ -60,10 +73,7 @@ class TaskFilter:
                 whole = name == "job" and len(value) >= WHOLE_JOB_ID
                 conditions.append(console_queries.FIELD_FILTERS["job_exact" if whole else name])
                 params[name] = value
-        if self.before is not None:
-            conditions.append(console_queries.FIELD_FILTERS["before"])
-            params["before_at"], params["before_job"] = self.before
-        return console_queries.list_statement(conditions), params
+        return conditions, params
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +97,10 @@ class ConsoleReads:
     async def _fetch(self, sql: LiteralString, params: Mapping[str, object]) -> list[Mapping[str, object]]:
         raise NotImplementedError  # ApiStore's
 
-    async def console_tasks(self, where: TaskFilter, limit: int = 50) -> TaskPage:
-        """One page of tasks, newest first (one row more is read to know whether more follow)."""
-        sql, params = where.statement(limit + 1)
+    async def console_tasks(self, where: TaskFilter, limit: int = 50, *, oldest: bool = False) -> TaskPage:
+        """One page of tasks, newest (or oldest) first (one row more is read to know whether more
+        follow)."""
+        sql, params = where.statement(limit + 1, oldest)
         rows = await self._fetch(sql, params)
         return TaskPage(rows[:limit], len(rows) > limit)
 
@@ -111,14 +122,30 @@ class ConsoleReads:
         """The list's columns of these jobs (those that still exist), for the live list."""
         return await self._fetch(console_queries.ROWS_BY_JOBS, {"jobs": job_ids})
 
+    async def console_bulk_count(self, where: TaskFilter, action: str, cap: int) -> int:
+        """How many tasks under the filter (its cursor ignored) ``action`` would act on, counted
+        up to ``cap``."""
+        conditions, params = where.conditions(cap)
+        conditions.append(console_queries.ACTIONABLE[action])
+        rows = await self._fetch(console_queries.count_statement(conditions), params)
+        return int(str(rows[0]["n"]))
+
+    async def console_bulk_rows(self, where: TaskFilter, action: str, limit: int) -> list[Row]:
+        """At most ``limit`` tasks under the filter that ``action`` acts on, newest first."""
+        conditions, params = where.conditions(limit)
+        conditions.append(console_queries.ACTIONABLE[action])
+        return await self._fetch(console_queries.bulk_statement(conditions), params)
+
     async def console_overview(self, window_s: float = 3600.0) -> dict[str, list[Row]]:
-        """Active tasks per queue and tool, per queue and principal, and the failures of the
-        last ``window_s`` per tool (with the latest failed jobs)."""
+        """Active tasks per queue and tool, per queue and principal, the failures of the last
+        ``window_s`` per tool (with the latest failed jobs), and the live workers of the registry
+        with the jobs on them (``tasks workers``' statement)."""
         return {
             "queues": await self._fetch(admin_queries.ADMIN_SUMMARY, {}),
             "principals": await self._fetch(admin_queries.ADMIN_PRINCIPALS, {"limit": 50}),
             "failures": await self._fetch(console_queries.FAILURES_SINCE, {"window_s": window_s}),
             "recent": await self._fetch(admin_queries.ADMIN_RECENT_FAILURES, {"limit": 10}),
+            "workers": await self._fetch(fleet_queries.WORKERS, {"all": False}),
         }
 
     async def record_console_action(
@@ -143,12 +170,40 @@ class ConsoleReads:
             "actor": actor,
             **{name: limits.get(name) for name in PRINCIPAL_FIELDS},
         }
+        await self._limit_change(limit_queries.SET_PRINCIPAL_LIMITS, params, "tasks limits set")
+
+    async def console_tool_limits(self) -> tuple[list[Row], list[Row]]:
+        """The tool concurrency overrides, and the concurrency groups with active jobs (in flight,
+        waiting, declared, in force), as ``tasks limits tool ls`` shows them."""
+        return (
+            await self._fetch(limit_queries.TOOL_LIMITS, {}),
+            await self._fetch(limit_queries.CONCURRENCY_GROUPS, {"limit": 200}),
+        )
+
+    async def console_set_tool_limit(
+        self, tool: str, group: str, concurrency: int, note: str | None, actor: str
+    ) -> None:
+        """Replace a tool's concurrency (``group`` ``'*'``: every group), by the audited statement
+        of ``tasks limits tool set``."""
+        params = {"tool": tool, "group": group, "concurrency": concurrency, "note": note, "actor": actor}
+        await self._limit_change(limit_queries.SET_TOOL_LIMIT, params, "tasks limits tool set")
+
+    async def console_clear_tool_limit(self, tool: str, group: str, actor: str) -> bool:
+        """Back to the declared concurrency (``tasks limits tool clear``); False: no such override."""
+        params = {"tool": tool, "group": group, "actor": actor}
+        return bool(
+            await self._limit_change(limit_queries.CLEAR_TOOL_LIMIT, params, "tasks limits tool clear")
+        )
+
+    async def _limit_change(
+        self, sql: LiteralString, params: Mapping[str, object], command: str
+    ) -> list[Row]:
         try:
-            await self._fetch(limit_queries.SET_PRINCIPAL_LIMITS, params)
+            return await self._fetch(sql, params)
         except psycopg.errors.InsufficientPrivilege as exc:
             raise NotPermitted(
                 "the API's database role may not change limits (mcp_tasks_api reads them only); "
-                "an admin changes them with `mcp-celery-tasks tasks limits set`"
+                f"an admin changes them with `mcp-celery-tasks {command}`"
             ) from exc
 
     async def console_audit(self, limit: int = 100) -> tuple[list[Row], list[Row]]:

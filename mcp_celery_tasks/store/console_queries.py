@@ -45,6 +45,8 @@ FIELD_FILTERS: Final[dict[str, LiteralString]] = {
     "job_exact": "t.job_id = %(job)s",
     # The keyset cursor: rows strictly after the last one shown (ix_mcp_tasks_created_at_job_id).
     "before": "(t.created_at, t.job_id) < (%(before_at)s, %(before_job)s)",
+    # The live list's new rows: strictly newer than the newest one the page shows (the same index).
+    "after": "(t.created_at, t.job_id) > (%(after_at)s, %(after_job)s)",
 }
 
 _LIST_HEAD: Final[LiteralString] = f"""
@@ -54,10 +56,39 @@ FROM mcp_tasks t
 WHERE """
 
 
-def list_statement(conditions: Iterable[LiteralString]) -> LiteralString:
-    """The task list, newest first, under ``conditions`` (fragments of this module)."""
+def list_statement(conditions: Iterable[LiteralString], oldest: bool = False) -> LiteralString:
+    """The task list, newest (or oldest) first, under ``conditions`` (fragments of this module)."""
     where = " AND ".join(["true", *conditions])
-    return _LIST_HEAD + where + "\nORDER BY t.created_at DESC, t.job_id DESC\nLIMIT %(limit)s"
+    order: LiteralString = "ASC" if oldest else "DESC"
+    return _LIST_HEAD + where + f"\nORDER BY t.created_at {order}, t.job_id {order}\nLIMIT %(limit)s"
+
+
+# What a bulk action may act on: cancel, the tasks still active; retry, the finished ones that
+# failed, were cancelled (and have stopped) or completed with a tool error (``console.retry``).
+ACTIONABLE: Final[dict[str, LiteralString]] = {
+    "cancel": "t.status IN ('working', 'input_required')",
+    "retry": """(t.status = 'failed'
+        OR (t.status = 'cancelled' AND (t.finished_at IS NOT NULL OR t.started_at IS NULL))
+        OR (t.status = 'completed' AND t.error_kind IS NOT NULL))""",
+}
+
+_BULK_HEAD: Final[LiteralString] = """
+SELECT t.task_id, t.job_id, t.owner, t.tool_name, t.arguments, t.preflight, t.protocol_version,
+       t.client_capabilities, t.status
+FROM mcp_tasks t
+WHERE """
+
+
+def bulk_statement(conditions: Iterable[LiteralString]) -> LiteralString:
+    """The rows a bulk action acts on, newest first, as the list orders them."""
+    where = " AND ".join(["true", *conditions])
+    return _BULK_HEAD + where + "\nORDER BY t.created_at DESC, t.job_id DESC\nLIMIT %(limit)s"
+
+
+def count_statement(conditions: Iterable[LiteralString]) -> LiteralString:
+    """How many rows match, counted up to ``limit`` (a dry run stays bounded at 10 M rows)."""
+    where = " AND ".join(["true", *conditions])
+    return "SELECT count(*) AS n FROM (SELECT 1 FROM mcp_tasks t WHERE " + where + " LIMIT %(limit)s) AS m"
 
 
 TASK_BY_JOB: Final[LiteralString] = f"""
@@ -67,14 +98,14 @@ SELECT t.task_id, t.job_id, {DISPLAY_STATUS} AS display_status, t.status, t.owne
        t.redeliveries, t.worker, t.lease_until, t.device, t.synchronous, t.suspensions,
        t.created_at, t.dispatched_at, t.started_at, t.suspended_at, t.resumed_at,
        t.cancel_requested_at, t.retry_at, t.finished_at, t.last_updated_at, t.expires_at,
-       t.protocol_version, t.client_info, now() AS db_now
+       t.protocol_version, t.client_info, t.client_capabilities, now() AS db_now
 FROM mcp_tasks t WHERE t.job_id = %(job_id)s
 """
 
 # The live list: the rows of the jobs one page shows (their unique index), as that page shows them.
 ROWS_BY_JOBS: Final[LiteralString] = f"""
 SELECT t.task_id, t.job_id, {DISPLAY_STATUS} AS shown, t.status, t.status_message, t.attempts,
-       t.started_at, t.finished_at
+       t.started_at, t.finished_at, t.created_at
 FROM mcp_tasks t WHERE t.job_id = ANY(%(jobs)s)
 """
 

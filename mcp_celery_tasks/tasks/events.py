@@ -8,6 +8,11 @@ wakes everyone, and every ``safety_s`` it re-reads all watched tasks in one batc
 wakes those that changed. Tasks that also want statusMessage, progress or log changes (which
 send no NOTIFY: push subscriptions, synchronous calls that relay progress or logs) are re-read
 the same way every ``poll_s``.
+
+A create sends no NOTIFY (one per create would serialize the creates' commits on the
+notification queue and wake every replica's fair publisher). Who wants to hear of new tasks (the
+console's live list) watches ``any_change``: it is set by this process's creates
+(``announce_created``), by every NOTIFY of any task, and after a reconnect.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class TaskEvents:
         last re-read."""
         self._poller: asyncio.Task[None] | None = None
         self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._any: set[asyncio.Event] = set()
         self._task: asyncio.Task[None] | None = None
         self._on_notify: list[Callable[[], object]] = []
         self.connected = False
@@ -99,6 +105,25 @@ class TaskEvents:
                 if not waiters:
                     del self._watchers[task_id]
                     self._forget(task_id)
+
+    @contextlib.contextmanager
+    def any_change(self, event: asyncio.Event) -> Iterator[asyncio.Event]:
+        """Set ``event`` when a task may have been created or changed anywhere: on this process's
+        creates and on every NOTIFY (a task created through another replica shows up with its
+        own first transition, or with any other task's)."""
+        self._any.add(event)
+        try:
+            yield event
+        finally:
+            self._any.discard(event)
+
+    def announce_created(self) -> None:
+        """A task was created by this process (``TaskService.create``)."""
+        self._wake_any()
+
+    def _wake_any(self) -> None:
+        for event in self._any:
+            event.set()
 
     def _forget(self, task_id: str) -> None:
         if task_id not in self._watchers and task_id not in self._polled:
@@ -183,6 +208,7 @@ class TaskEvents:
                     self.connected = True
                     backoff = 0.1
                     self._wake(task_id)
+                    self._wake_any()  # a NOTIFY, or a reconnect: a new task may be there too
                     for callback in self._on_notify:
                         callback()
             except InfrastructureError:

@@ -166,6 +166,7 @@ class TaskService:
         retention_ms: int | None = None,
         log_level: str | None = None,
         idempotency_key: str | None = None,
+        status_message: str | None = None,
     ) -> TaskRecord:
         """Commit the task row, then hand its job to the publisher. The principal's quotas
         (creations per second, active tasks) may refuse it first (``QuotaExceeded``).
@@ -173,7 +174,8 @@ class TaskService:
         With an ``idempotency_key``, the principal's live task made under that key is returned
         as it is (its creation token given back, nothing published), and -32602 if it was asked
         for another tool or other arguments (``tasks.idempotency``). One statement reads and
-        inserts, so a keyed create costs the same round trips as any other."""
+        inserts, so a keyed create costs the same round trips as any other. ``status_message``:
+        the new task's first statusMessage (the console's retries say whose retry they are)."""
         settings = self._settings
         digest = None if idempotency_key is None else idempotency.request_digest(spec.name, arguments)
         limits = await self.quotas.limits(ctx.principal)
@@ -195,7 +197,9 @@ class TaskService:
             )
         task_id = new_task_id()
         new = self._new_task(ctx, spec, arguments, task_id, retention_ms, as_task, preflight, log_level)
-        new = dataclasses.replace(new, idempotency_key=idempotency_key, request_digest=digest)
+        new = dataclasses.replace(
+            new, idempotency_key=idempotency_key, request_digest=digest, status_message=status_message
+        )
         try:
             record = await self._store.create_task(
                 new,
@@ -215,6 +219,7 @@ class TaskService:
         # The row is committed (autocommit): a tasks/get for this id resolves from here on
         # (SEP-2663 S-12). Publishing happens off the loop; the sweeper covers a crash here.
         self._publisher.publish_job(record.job_id, record.queue, tracing.inject())
+        self._events.announce_created()
         metrics.tasks_created.labels(spec.name, "task" if as_task else "sync").inc()
         return record
 

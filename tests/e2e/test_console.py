@@ -477,6 +477,10 @@ def test_every_page_has_a_screenshot(page: Any, console: dict[str, Any], tmp_pat
         page.wait_for_load_state("domcontentloaded")
         page.screenshot(path=str(folder / name), full_page=True)
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page.goto("/console/tasks?tool=con_fail&status=failed")
+    page.click("#bulk-retry button[type=submit]")  # the dry run's count, before anything changes
+    page.wait_for_selector("#bulk-count")
+    page.screenshot(path=str(folder / "bulk.png"), full_page=True)
     page.context.clear_cookies()
     page.goto("/console/login")
     page.screenshot(path=str(folder / "login.png"))

@@ -90,6 +90,10 @@ async def test_the_consoles_audit_is_appended_by_the_api_but_limits_stay_the_adm
         await api.record_console_action("admin:ops", "cancel", "job-1", 1)
         with pytest.raises(NotPermitted, match="tasks limits set"):
             await api.console_set_limits("token:x", "admin:ops", {"max_active_tasks": 1})
+        with pytest.raises(NotPermitted, match="tasks limits tool set"):
+            await api.console_set_tool_limit("train", "*", 0, None, "admin:ops")
+        assert await api.console_tool_limits() == ([], [])  # read, never written
+        assert (await api.console_overview())["workers"] == []  # the registry is the API's to read
         actions, changes = await api.console_audit()
         assert [a["target"] for a in actions] == ["job-1"] and changes == []
     finally:

@@ -44,7 +44,8 @@ function follow(url) {
   };
 }
 
-// A list page: each shown row's status, status message and attempts, as they change.
+// A list page: each shown row's status, status message and attempts, as they change; on the
+// first page, new rows under its filter too.
 function followRows(url) {
   const source = new EventSource(url);
   source.addEventListener("row", (event) => {
@@ -57,7 +58,37 @@ function followRows(url) {
       if (name === "status") cell.className = "status s-" + state[name];
     }
   });
+  source.addEventListener("new", (event) => addRow(JSON.parse(event.data)));
   source.addEventListener("settled", () => source.close());
+}
+
+// A task created since the first page was shown: on top, its cells as text.
+function addRow(state) {
+  const body = document.querySelector("#tasks tbody");
+  if (!body || body.querySelector(`tr[data-job="${CSS.escape(state.job)}"]`)) return;
+  for (const empty of body.querySelectorAll("td.empty")) empty.parentElement.remove();
+  const row = document.createElement("tr");
+  row.dataset.job = state.job;
+  row.className = "new";
+  const link = document.createElement("a");
+  link.href = `${location.pathname}/${encodeURIComponent(state.job)}`;
+  link.textContent = state.job;
+  const cells = [
+    [link], ["status", "status s-" + state.status], ["tool"], ["owner"], ["queue"],
+    ["status_message", "message"], ["created"], ["attempts", "n"],
+  ];
+  for (const [what, className] of cells) {
+    const cell = document.createElement("td");
+    if (what instanceof Element) {
+      cell.append(what);
+    } else {
+      cell.textContent = state[what];
+      if (["status", "status_message", "attempts"].includes(what)) cell.dataset.rowLive = what;
+    }
+    if (className) cell.className = className;
+    row.append(cell);
+  }
+  body.prepend(row);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
