@@ -1,0 +1,208 @@
+"""Server-side console sign-outs on a live stack: two API replicas over one Postgres (no worker:
+these pages need none), Debian's Chromium through Playwright, plain HTTP for a replayed cookie,
+and ``mcp-celery-tasks tasks console revoke`` run as a subprocess against the same database.
+
+A revocation takes effect on the other replica through its event hub (the revoking statement's
+NOTIFY), within about a second, with no query per page view."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from tests import support
+from tests.e2e.test_console import ADMIN_TOKEN, browser
+from tests.support import wait_until
+
+__all__ = ["browser"]  # the fixture, for pytest
+
+pytestmark = pytest.mark.timeout(240)
+
+OTHER_TOKEN = "console-other-admin-token-" + "y" * 16
+
+
+@pytest.fixture(scope="module")
+def replicas(template_db: str) -> Iterator[dict[str, Any]]:
+    name = f"mcpt_consess_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    dsn = support.create_database(name, template=template_db)
+    admins = {
+        "ops": hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest(),
+        "other": hashlib.sha256(OTHER_TOKEN.encode()).hexdigest(),
+    }
+    env = support.stack_env(
+        dsn,
+        support.REDIS_URL,
+        f"s{uuid.uuid4().hex[:6]}",
+        MCP_TASKS_CONSOLE_ENABLED="true",
+        MCP_TASKS_CONSOLE_ADMIN_TOKENS=json.dumps(admins),
+    )
+    started: list[support.Proc] = []
+    try:
+        bases = []
+        for n in (1, 2):
+            api, url = support.start_api(f"console-sessions-api{n}", env)
+            started.append(api)
+            bases.append(url.removesuffix("/mcp"))
+        yield {"bases": bases, "dsn": dsn, "env": env}
+    finally:
+        for api in started:
+            api.stop()
+        support.drop_database(name)
+
+
+def _sign_in(base: str, token: str = ADMIN_TOKEN) -> httpx.Client:
+    http = httpx.Client(base_url=base, timeout=30)
+    form = http.get("/console/login")
+    nonce = re.search(r'name="csrf" value="([^"]+)"', form.text)
+    assert nonce is not None
+    signed = http.post("/console/login", data={"csrf": nonce.group(1), "token": token, "next": "/console/"})
+    assert signed.status_code == 303, signed.text
+    return http
+
+
+def _csrf(http: httpx.Client, path: str = "/console/tasks") -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', http.get(path).text)
+    assert found is not None
+    return found.group(1)
+
+
+def _with_cookie(base: str, cookie: str) -> httpx.Client:
+    """Another client presenting a copied session cookie (a stolen laptop's browser)."""
+    return httpx.Client(base_url=base, timeout=30, cookies={"mcp_console": cookie})
+
+
+def _signed_in(http: httpx.Client) -> bool:
+    return http.get("/console/tasks").status_code == 200
+
+
+def _audit(dsn: str, action: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute(
+            "SELECT actor, action, target, affected, detail FROM mcp_console_actions WHERE action = %s "
+            "ORDER BY id",
+            (action,),
+        )
+        return found.fetchall()
+
+
+def _cli(replicas: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**replicas["env"], "MCP_TASKS_ADMIN_NAME": "oncall"}
+    return subprocess.run(
+        [sys.executable, "-m", "mcp_celery_tasks.cli", "tasks", "console", *args],
+        env=env,
+        cwd=support.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_cookie_replayed_after_sign_out_is_refused_on_every_replica(replicas: dict[str, Any]) -> None:
+    first, second = replicas["bases"]
+    http = _sign_in(first)
+    cookie = http.cookies["mcp_console"]
+    copy = _with_cookie(second, cookie)
+    assert _signed_in(copy)  # one signed cookie opens every replica
+    out = http.post("/console/logout", data={"csrf": _csrf(http)})
+    assert out.status_code == 303 and out.headers["location"] == "/console/login"
+    # The copy, on the other replica, is refused within about a second: page and POST.
+    started = time.monotonic()
+    wait_until(lambda: not _signed_in(copy), 3, 0.02, what="the other replica to refuse the cookie")
+    print(f"sign-out seen by the other replica after {1000 * (time.monotonic() - started):.0f} ms")
+    refused = copy.get("/console/tasks")
+    assert refused.status_code == 303 and "/console/login" in refused.headers["location"]
+    posted = copy.post("/console/bulk/confirm", data={"csrf": "x", "action": "cancel"})
+    assert posted.status_code == 401
+    replay = _with_cookie(first, cookie)
+    assert replay.get("/console/tasks").status_code == 303
+    ((actor, _, target, affected, _),) = _audit(replicas["dsn"], "sign out")
+    assert actor == "admin:ops" and target.startswith("session ") and affected == 1
+    # Signing in again makes a new session, which works.
+    assert _signed_in(_sign_in(second))
+    for client in (http, copy, replay):
+        client.close()
+
+
+def test_signing_out_everywhere_refuses_the_other_browser_on_its_next_page_and_post(
+    browser: Any, replicas: dict[str, Any]
+) -> None:
+    first, second = replicas["bases"]
+    contexts = [browser.new_context(base_url=base) for base in (first, second)]
+    laptop, desk = [context.new_page() for context in contexts]
+    for tab in (laptop, desk):
+        tab.goto("/console/tasks")
+        tab.fill("input[name=token]", ADMIN_TOKEN)
+        tab.click("button[type=submit]")
+        tab.wait_for_url("**/console/tasks")
+    other = _sign_in(first, OTHER_TOKEN)  # another admin's session is not touched
+    desk.goto("/console/limits")  # a form loaded before the revocation, posted after it
+    desk.click("#sign-out-everywhere")
+    desk.wait_for_url("**/console/login")
+    # The laptop (the other replica): its next POST is refused and changes nothing ...
+    wait_until(
+        lambda: laptop.request.get("/console/tasks", max_redirects=0).status == 303,
+        3,
+        0.02,
+        what="the laptop's session to be refused",
+    )
+    laptop.click("#bulk-cancel button[type=submit]")  # the list's bulk cancel form (a POST)
+    assert "sign in" in laptop.inner_text("main").lower()
+    # ... and its next page is the sign-in form.
+    laptop.goto("/console/audit")
+    assert "/console/login" in laptop.url
+    assert _signed_in(other)
+    ((actor, _, target, _, detail),) = _audit(replicas["dsn"], "revoke sessions")
+    assert (actor, target, detail) == ("admin:ops", "admin:ops", {"from": "console"})
+    # Sign in again: a session issued after the revocation stands.
+    laptop.fill("input[name=token]", ADMIN_TOKEN)
+    laptop.click("button[type=submit]")
+    laptop.wait_for_url("**/console/audit")
+    assert "revoke sessions" in laptop.inner_text("main")
+    other.close()
+    for context in contexts:
+        context.close()
+
+
+def test_the_cli_revokes_an_admins_sessions_on_a_running_api(replicas: dict[str, Any]) -> None:
+    first, second = replicas["bases"]
+    ops = [_sign_in(first), _sign_in(second)]
+    other = _sign_in(second, OTHER_TOKEN)
+    done = _cli(replicas, "revoke", "ops", "--reason", "laptop lost <b>")
+    assert done.returncode == 0, done.stderr
+    assert "revoked every console session of admin:ops" in done.stdout
+    started = time.monotonic()
+    for http in ops:
+        wait_until(lambda http=http: not _signed_in(http), 3, 0.02, what="the API to refuse the session")
+    print(f"CLI revocation in force on both replicas after {1000 * (time.monotonic() - started):.0f} ms")
+    assert _signed_in(other)
+    audited = [row for row in _audit(replicas["dsn"], "revoke sessions") if row[0] == "cli:oncall"]
+    assert audited[-1][2:] == ("admin:ops", 1, {"from": "cli", "reason": "laptop lost <b>"})
+    listed = _cli(replicas, "revocations", "--json")
+    assert "admin:ops" in [row["subject"] for row in json.loads(listed.stdout)]
+    # --all: every admin, the other one too.
+    assert _cli(replicas, "revoke", "--all").returncode == 0
+    wait_until(lambda: not _signed_in(other), 3, 0.02, what="every admin's sessions to be refused")
+    assert _audit(replicas["dsn"], "revoke sessions")[-1][2] == "every admin"
+    assert _signed_in(_sign_in(first, OTHER_TOKEN))  # a new session after it stands
+    for http in [*ops, other]:
+        http.close()
+
+
+@pytest.mark.parametrize("args", [["revoke"], ["revoke", "ops", "--all"], ["revoke", "bad\x1b]0;name\x07"]])
+def test_the_cli_refuses_a_revocation_it_cannot_name(replicas: dict[str, Any], args: list[str]) -> None:
+    done = _cli(replicas, *args)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "\x1b" not in done.stderr
