@@ -205,3 +205,47 @@ def test_the_cli_refuses_a_revocation_it_cannot_name(replicas: dict[str, Any], a
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "\x1b" not in done.stderr
+
+
+# ---- the sign-in limit's client address ---------------------------------------------------------
+
+
+def _failed_sign_ins(base: str, local: str, forwarded: list[str]) -> list[int]:
+    """One wrong token per entry of ``forwarded``, each claiming that X-Forwarded-For."""
+    transport = httpx.HTTPTransport(local_address=local)
+    codes = []
+    with httpx.Client(base_url=base, transport=transport, timeout=30) as http:
+        for n, claimed in enumerate(forwarded):
+            form = http.get("/console/login")
+            nonce = re.search(r'name="csrf" value="([^"]+)"', form.text)
+            assert nonce is not None
+            data = {"csrf": nonce.group(1), "token": f"guess-{n}"}
+            codes.append(
+                http.post("/console/login", data=data, headers={"X-Forwarded-For": claimed}).status_code
+            )
+    return codes
+
+
+def test_a_loopback_client_cannot_pick_its_address_for_the_sign_in_limit(replicas: dict[str, Any]) -> None:
+    # No trusted proxy: the header is the client's own words, whatever address it connects from
+    # (uvicorn's proxy-header middleware believed it from 127.0.0.1 and ::1).
+    codes = _failed_sign_ins(replicas["bases"][0], "127.0.0.3", [f"203.0.113.{n}" for n in range(11)])
+    assert codes == [401] * 10 + [429]
+
+
+def test_behind_a_trusted_proxy_the_limit_holds_back_the_forwarded_client_alone(
+    replicas: dict[str, Any],
+) -> None:
+    env = {**replicas["env"], "MCP_TASKS_TRUSTED_PROXIES": '["127.0.0.4"]'}
+    api, url = support.start_api("console-sessions-proxied", env)
+    try:
+        base = url.removesuffix("/mcp")
+        # Through the proxy: ten failures of one client (a spoofed entry on its left is skipped).
+        assert _failed_sign_ins(base, "127.0.0.4", ["10.1.1.1, 198.51.100.7"] * 11) == [401] * 10 + [429]
+        # Another client behind the same proxy is not held back.
+        assert _failed_sign_ins(base, "127.0.0.4", ["198.51.100.8"]) == [401]
+        # A peer that is no trusted proxy is counted by its own address, its header ignored.
+        held = _failed_sign_ins(base, "127.0.0.5", [f"198.51.100.{n}" for n in range(20, 31)])
+        assert held == [401] * 10 + [429]
+    finally:
+        api.stop()
