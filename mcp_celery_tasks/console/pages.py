@@ -190,7 +190,9 @@ class Console(Actions, SignOuts):
             last = listing.cursor(page.rows[-1])
             older = listing.query(params, after=last) if oldest else listing.query(params, before=last)
         shown = [str(row["job_id"]) for row in page.rows]
-        follow = urlencode([("job", job) for job in shown]) if 0 < len(shown) <= live.MAX_LIVE_ROWS else ""
+        # Followed rows are ``row=``, never ``job=``: that is the list's job filter, which the new
+        # rows' filter reads (a first page's followed ids under ``job=`` filtered every new row out).
+        follow = urlencode([("row", job) for job in shown]) if 0 < len(shown) <= live.MAX_LIVE_ROWS else ""
         first = where.before is None and where.after is None
         if first and not oldest and len(shown) <= live.MAX_LIVE_ROWS:  # the first page: new rows too
             after = [("after", listing.cursor(page.rows[0]))] if page.rows else []
@@ -235,7 +237,7 @@ class Console(Actions, SignOuts):
 
     async def tasks_live(self, request: Request, admin: Admin) -> Response:
         services = self.services_of(request)
-        jobs = list(dict.fromkeys(request.query_params.getlist("job")))[: live.MAX_LIVE_ROWS]
+        jobs = list(dict.fromkeys(request.query_params.getlist("row")))[: live.MAX_LIVE_ROWS]
         params = dict(request.query_params)
         news = listing.parse({**listing.filter_fields(params), "after": params.get("after", "")})
         return StreamingResponse(

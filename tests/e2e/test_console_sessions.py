@@ -249,3 +249,37 @@ def test_behind_a_trusted_proxy_the_limit_holds_back_the_forwarded_client_alone(
         assert held == [401] * 10 + [429]
     finally:
         api.stop()
+
+
+# ---- the live list's new rows -------------------------------------------------------------------
+
+
+def test_a_first_page_that_shows_rows_still_gets_new_ones_live(replicas: dict[str, Any]) -> None:
+    # The followed rows once went in the live URL as job=, the list's own job filter: the new
+    # rows were then filtered down to one shown job, and no new task ever appeared.
+    base = replicas["bases"][0]
+    client = support.Client(base + "/mcp")
+    for n in range(3):
+        client.start("slow_compute", {"seconds": 0, "label": f"shown {n}"})  # no worker: they wait
+    with httpx.Client(base_url=base, timeout=30, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as http:
+        page = http.get("/console/tasks")
+        found = re.search(r'data-list-live="([^"]+)"', page.text)
+        assert found is not None and "row=" in found.group(1), page.text[:500]
+        with http.stream("GET", found.group(1).replace("&amp;", "&")) as stream:
+            lines = stream.iter_lines()
+            while next(lines) != "event: row":  # the shown rows' states come first
+                pass
+            fresh = client.start("slow_compute", {"seconds": 0, "label": "fresh"})
+            with psycopg.connect(replicas["dsn"]) as conn:
+                row: Any = conn.execute(
+                    "SELECT job_id FROM mcp_tasks WHERE task_id = %s", (fresh,)
+                ).fetchone()
+            deadline = time.monotonic() + 10
+            event = ""
+            for line in lines:
+                assert time.monotonic() < deadline, "the new task never reached the open list"
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif event == "new" and line.startswith("data: ") and json.loads(line[6:])["job"] == row[0]:
+                    break
+    client.close()
