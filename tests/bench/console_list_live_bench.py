@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import multiprocessing
 import os
 import statistics
 import sys
@@ -51,6 +52,20 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def _postgres_cpu_s() -> float:
+    """CPU time of every postgres process now running (the server's backends included)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if "(postgres)" in text:
+            fields = text.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICK
+    return total
+
+
 def _commits(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
         row: Any = conn.execute(
@@ -59,45 +74,51 @@ def _commits(dsn: str) -> int:
     return int(row[0])
 
 
-class Load(threading.Thread):
-    """``rate`` creates per second of a quick tool, paced, from ``clients`` clients."""
+def _load(url: str, rate: float, stopping: Any, clients: int = 4) -> None:
+    """``rate`` creates per second of a quick tool, paced, from ``clients`` clients (run in a
+    process of its own, so the pages' parsing here never slows the load)."""
 
-    def __init__(self, url: str, rate: float, clients: int = 4) -> None:
-        super().__init__(daemon=True)
-        self.url, self.rate, self.clients = url, rate, clients
-        self.stopping = threading.Event()
-        self.created = 0
+    def one(lane: int) -> None:
+        client = support.Client(url)
+        interval = clients / rate
+        due = time.perf_counter() + lane * interval / clients
+        while not stopping.is_set():
+            client.start("slow_compute", {"seconds": 0, "label": f"load {lane}"})
+            due += interval
+            time.sleep(max(0.0, due - time.perf_counter()))
+        client.close()
 
-    def run(self) -> None:
-        def one(lane: int) -> None:
-            client = support.Client(self.url)
-            interval = self.clients / self.rate
-            due = time.perf_counter() + lane * interval / self.clients
-            while not self.stopping.is_set():
-                client.start("slow_compute", {"seconds": 0, "label": f"load {lane}"})
-                self.created += 1
-                due += interval
-                time.sleep(max(0.0, due - time.perf_counter()))
-            client.close()
-
-        lanes = [threading.Thread(target=one, args=(lane,), daemon=True) for lane in range(self.clients)]
-        for lane in lanes:
-            lane.start()
-        for lane in lanes:
-            lane.join()
+    lanes = [threading.Thread(target=one, args=(lane,), daemon=True) for lane in range(clients)]
+    for lane in lanes:
+        lane.start()
+    for lane in lanes:
+        lane.join()
 
 
-def _window(dsn: str, pid: int, seconds: float) -> tuple[float, int, int]:
-    """(API CPU s, database commits, tasks completed) over ``seconds``."""
+def _window(dsn: str, pid: int, seconds: float) -> tuple[float, int, int, float, float]:
+    """(API CPU s, database commits, tasks completed, Postgres CPU s, this process's CPU s) over
+    ``seconds``."""
 
     def completed() -> int:
         with psycopg.connect(dsn) as conn:
             row: Any = conn.execute("SELECT count(*) FROM mcp_tasks WHERE status = 'completed'").fetchone()
         return int(row[0])
 
-    cpu, commits, done = _cpu_s(pid), _commits(dsn), completed()
+    cpu, commits, done, pg, me = (
+        _cpu_s(pid),
+        _commits(dsn),
+        completed(),
+        _postgres_cpu_s(),
+        time.process_time(),
+    )
     time.sleep(seconds)
-    return _cpu_s(pid) - cpu, _commits(dsn) - commits - 2, completed() - done  # our own 2 reads
+    return (
+        _cpu_s(pid) - cpu,
+        _commits(dsn) - commits - 2,  # our own 2 reads
+        completed() - done,
+        _postgres_cpu_s() - pg,
+        time.process_time() - me,
+    )
 
 
 async def _pages(base: str, pages: int, seconds: float, seen: list[tuple[str, str, float]]) -> None:
@@ -108,6 +129,8 @@ async def _pages(base: str, pages: int, seconds: float, seen: list[tuple[str, st
         found = page.text.split('data-list-live="', 1)
         assert len(found) == 2, "the first page follows no live stream"
         url = found[1].split('"', 1)[0].replace("&amp;", "&")
+        if os.environ.get("BENCH_DEBUG"):
+            print("following", url[:300])
         opened = asyncio.Event()
         count = 0
 
@@ -119,6 +142,8 @@ async def _pages(base: str, pages: int, seconds: float, seen: list[tuple[str, st
                     opened.set()
                 event = ""
                 async for line in stream.aiter_lines():
+                    if os.environ.get("BENCH_DEBUG") and line.strip():
+                        print("stream:", stream.status_code, line[:160])
                     if line.startswith("event: "):
                         event = line[7:]
                     elif line.startswith("data: ") and event in ("new", "row"):
@@ -163,6 +188,13 @@ def _stats(samples: list[float]) -> str:
     )
 
 
+def _report(what: str, window: tuple[float, int, int, float, float], seconds: float) -> None:
+    cpu, commits, done, pg, me = window
+    print(f"{what}, {seconds:.0f} s: API CPU {cpu / seconds * 100:.1f} % of a core, Postgres "
+          f"{pg / seconds * 100:.1f} %, this client {me / seconds * 100:.1f} %; {commits / seconds:.0f} "
+          f"database commits/s, {done / seconds:.0f} tasks completed/s")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -182,15 +214,13 @@ def main() -> None:
             MCP_TASKS_CONSOLE_ENABLED="true", MCP_TASKS_CONSOLE_ADMIN_TOKENS=admins,
         ) as stack:  # fmt: skip
             base, pid = stack.url.removesuffix("/mcp"), stack.api.popen.pid
-            load = Load(stack.url, args.rate)
+            stopping = multiprocessing.Event()
+            load = multiprocessing.Process(target=_load, args=(stack.url, args.rate, stopping), daemon=True)
             load.start()
             time.sleep(3)  # the pool warms up
-            cpu, commits, done = _window(dsn, pid, args.seconds)
-            print(f"no page open, {args.seconds:.0f} s: API CPU {cpu * 1000:.0f} ms "
-                  f"({cpu / args.seconds * 100:.1f} % of a core), {commits / args.seconds:.0f} database "
-                  f"commits/s, {done / args.seconds:.0f} tasks completed/s")  # fmt: skip
+            _report("no page open", _window(dsn, pid, args.seconds), args.seconds)
             seen: list[tuple[str, str, float]] = []
-            result: dict[str, tuple[float, int, int]] = {}
+            result: dict[str, tuple[float, int, int, float, float]] = {}
 
             def measure() -> None:
                 time.sleep(2)  # the streams open
@@ -200,12 +230,9 @@ def main() -> None:
             meter.start()
             asyncio.run(_pages(base, args.pages, args.seconds + 2.5, seen))
             meter.join()
-            load.stopping.set()
+            stopping.set()
             load.join(30)
-            cpu, commits, done = result["open"]
-            print(f"{args.pages} list pages open, {args.seconds:.0f} s: API CPU {cpu * 1000:.0f} ms "
-                  f"({cpu / args.seconds * 100:.1f} % of a core), {commits / args.seconds:.0f} database "
-                  f"commits/s, {done / args.seconds:.0f} tasks completed/s")  # fmt: skip
+            _report(f"{args.pages} list pages open", result["open"], args.seconds)
             latencies = _latencies(dsn, seen)
             print(f"  commit to the new row on a page: {_stats(latencies['new'])}")
             print(f"  completion to 'completed' on a page: {_stats(latencies['row'])}")
