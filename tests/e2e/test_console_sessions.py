@@ -283,3 +283,44 @@ def test_a_first_page_that_shows_rows_still_gets_new_ones_live(replicas: dict[st
                 elif event == "new" and line.startswith("data: ") and json.loads(line[6:])["job"] == row[0]:
                     break
     client.close()
+
+
+# ---- the audit's retention, through the beat job a maintenance worker runs ----------------------
+
+
+def test_the_maintenance_workers_collector_drops_the_audit_past_its_retention(
+    replicas: dict[str, Any],
+) -> None:
+    from mcp_celery_tasks.broker.celery_app import COLLECT_GARBAGE, create_app
+    from mcp_celery_tasks.settings import Settings
+
+    env = {**replicas["env"], "MCP_TASKS_CONSOLE_AUDIT_RETENTION_SECONDS": "3600"}
+    mark = f"retention-{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(replicas["dsn"], autocommit=True) as conn:
+        for age in ("2 hours", "3 days", "10 minutes"):
+            conn.execute(
+                "INSERT INTO mcp_console_actions (acted_at, actor, action, target, affected) "
+                "VALUES (now() - %s::interval, 'admin:ops', 'cancel', %s, 1)",
+                (age, f"{mark} {age}"),
+            )
+    worker = support.start_worker("console-sessions-maintenance", env)
+    try:
+        settings = Settings(
+            database_url=replicas["dsn"],
+            broker_url=env["MCP_TASKS_BROKER_URL"],
+            maintenance_queue=env["MCP_TASKS_MAINTENANCE_QUEUE"],
+        )
+        create_app(settings).send_task(COLLECT_GARBAGE, queue=env["MCP_TASKS_MAINTENANCE_QUEUE"])
+
+        def left() -> list[str] | None:
+            with psycopg.connect(replicas["dsn"]) as conn:
+                rows = conn.execute(
+                    "SELECT target FROM mcp_console_actions WHERE target LIKE %s ORDER BY id", (f"{mark}%",)
+                ).fetchall()
+            return [row[0] for row in rows] if len(rows) < 3 else None
+
+        assert wait_until(left, 60, 0.2, what="the collector to run") == [f"{mark} 10 minutes"]
+        # What the console wrote in the tests before (minutes old) is kept.
+        assert _audit(replicas["dsn"], "sign out")
+    finally:
+        worker.stop()
