@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import json
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from datetime import datetime
 
 from mcp_celery_tasks.console.render import text
@@ -46,7 +46,7 @@ def _turn(services: Services) -> asyncio.Semaphore:
     return turn
 
 
-async def changes(services: Services, task_id: str, job_id: str) -> AsyncIterator[str]:
+async def changes(services: Services, task_id: str, job_id: str) -> AsyncGenerator[str, None]:
     """SSE messages: the task's state now, then after every change, until nothing can change."""
     events = services.events
     last: str | None = None
@@ -100,7 +100,7 @@ def _new_row(row: Mapping[str, object]) -> dict[str, object]:
 
 async def row_changes(
     services: Services, job_ids: list[str], news: TaskFilter | None = None
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """SSE messages for a list page: each shown row's status, statusMessage and attempts when
     they change, until every row has settled. One hub event for the whole page; one read of the
     page's rows (by job id) when the hub says one of them may have changed.

@@ -28,8 +28,9 @@ the browser's reconnect is refused.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 
 from mcp_celery_tasks.console.security import Admin, Refused
 from mcp_celery_tasks.protocol.services import Services
@@ -138,13 +139,15 @@ class Revocations:
             raise Refused(401, SIGNED_OUT)
 
     async def guarded(
-        self, stream: AsyncIterator[str], admin: Admin, services: Services
+        self, stream: AsyncGenerator[str, None], admin: Admin, services: Services
     ) -> AsyncIterator[str]:
         """``stream``'s messages while ``admin``'s session stands; it ends at the first one after
-        a revocation (the snapshot is checked in memory, read again only when due)."""
-        async for message in stream:
-            try:
-                await self.check(admin, services)
-            except Refused:
-                return
-            yield message
+        a revocation (the snapshot is checked in memory, read again only when due). ``stream`` is
+        closed with this one (a page that went away leaves no watch behind in the hub)."""
+        async with contextlib.aclosing(stream):
+            async for message in stream:
+                try:
+                    await self.check(admin, services)
+                except Refused:
+                    return
+                yield message

@@ -320,7 +320,18 @@ def test_the_maintenance_workers_collector_drops_the_audit_past_its_retention(
             return [row[0] for row in rows] if len(rows) < 3 else None
 
         assert wait_until(left, 60, 0.2, what="the collector to run") == [f"{mark} 10 minutes"]
-        # What the console wrote in the tests before (minutes old) is kept.
-        assert _audit(replicas["dsn"], "sign out")
     finally:
         worker.stop()
+
+
+def test_signing_out_everywhere_without_the_forms_csrf_token_revokes_nothing(
+    replicas: dict[str, Any],
+) -> None:
+    http = _sign_in(replicas["bases"][0])
+    before = len(_audit(replicas["dsn"], "revoke sessions"))
+    for form in ({}, {"csrf": "forged"}, {"csrf": "x" * 20_000}):
+        refused = http.post("/console/logout/everywhere", data=form)
+        assert refused.status_code in (403, 413) and "Traceback" not in refused.text
+    assert len(_audit(replicas["dsn"], "revoke sessions")) == before
+    assert _signed_in(http)
+    http.close()
