@@ -74,7 +74,7 @@ class Actions:
         audited: dict[str, JSONValue] = {"outcome": done.outcome, "new_job": done.job_id}
         if done.reason:
             audited["reason"] = done.reason
-        await services.store.record_console_action(admin.actor, "retry", job_id, affected, audited)
+        await services.console_writes.record_console_action(admin.actor, "retry", job_id, affected, audited)
         logger.info("console: %s retried job %s: %s %s", admin.actor, job_id, done.outcome, done.job_id)
         if done.job_id is None:
             raise Refused(429 if done.outcome == "quota" else 409, f"not retried: {done.reason}")
@@ -117,7 +117,7 @@ class Actions:
             done = await _retry_all(services, rows, admin)
         target = "filter " + (urlencode(fields) or "(all tasks)")
         detail: dict[str, JSONValue] = {"confirmed": int(confirmed), "matched": len(rows), **done}
-        await services.store.record_console_action(
+        await services.console_writes.record_console_action(
             admin.actor, f"bulk {action}", target, int(str(done["changed"])), detail
         )
         logger.info("console: %s bulk %s on %s: %s", admin.actor, action, target, done)
@@ -139,7 +139,7 @@ class Actions:
     async def set_tool_limit(self, request: Request, admin: Admin) -> Response:
         change = parse_tool_limit(request.state.form)
         spec = get_tool(change.tool)
-        store = self.services_of(request).store
+        store = self.services_of(request).console_writes
         where = f"tool {change.tool}" + ("" if change.group == ALL_GROUPS else f" for {change.group}")
         if change.concurrency is None:  # an override of a tool no longer served may still be cleared
             cleared = await store.console_clear_tool_limit(change.tool, change.group, admin.actor)

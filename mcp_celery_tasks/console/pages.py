@@ -119,7 +119,8 @@ class Console(Actions):
             except Refused as refused:
                 return refusal(refused, self.prefix)
             except NotPermitted as denied:
-                return refusal(Refused(403, str(denied)), self.prefix)
+                hint = "; or give the console an admin login: MCP_TASKS_CONSOLE_DATABASE_URL"
+                return refusal(Refused(403, f"{denied}{hint}"), self.prefix)
             except listing.BadFilter as bad:
                 return refusal(Refused(400, str(bad)), self.prefix)
             except InfrastructureError:
@@ -266,7 +267,7 @@ class Console(Actions):
         owner = str(detail.task["owner"])
         outcome = await services.tasks.cancel(str(detail.task["task_id"]), owner, f"{reason} ({admin.actor})")
         affected = 1 if outcome.cancelled_now else 0
-        await services.store.record_console_action(
+        await services.console_writes.record_console_action(
             admin.actor, "cancel", job_id, affected, {"reason": reason}
         )
         logger.info("console: %s cancelled job %s (%d changed)", admin.actor, job_id, affected)
@@ -291,7 +292,7 @@ class Console(Actions):
 
     async def set_limits(self, request: Request, admin: Admin) -> Response:
         principal, limits = parse_limits(request.state.form)
-        store = self.services_of(request).store
+        store = self.services_of(request).console_writes
         await store.console_set_limits(principal, admin.actor, limits)
         detail: dict[str, JSONValue] = {
             name: value for name, value in limits.items() if isinstance(value, int | float | str)
