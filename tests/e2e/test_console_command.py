@@ -5,9 +5,6 @@ there; it listens on loopback unless told otherwise, and refuses to start with n
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,34 +15,13 @@ import psycopg
 import pytest
 
 from tests import support
+from tests.console_http import ADMINS, csrf_of, sign_in, start_console
 
-ADMIN_TOKEN = "console-command-admin-" + "y" * 20
 pytestmark = pytest.mark.timeout(180)
 
 
 def _env(stack: support.Stack, **extra: str) -> dict[str, str]:
-    admins = json.dumps({"ops": hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()})
-    return {**stack.env, "MCP_TASKS_CONSOLE_ADMIN_TOKENS": admins, **extra}
-
-
-def start_console(name: str, env: dict[str, str], *args: str) -> tuple[support.Proc, str, int]:
-    """The console command on a free port (``args``: more flags); (process, base URL, port) once
-    its sign-in form answers."""
-    port = support.free_port()
-    proc = support.spawn(name, ["console", "--port", str(port), "--log-level", "info", *args], env)
-    base = f"http://127.0.0.1:{port}"
-    path = next((args[i + 1] for i, arg in enumerate(args) if arg == "--path"), "").rstrip("/")
-
-    def up() -> bool:
-        if proc.popen.poll() is not None:
-            raise AssertionError(f"{name} exited: {proc.log.read_text()[-3000:]}")
-        try:
-            return httpx.get(f"{base}{path}/login", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    support.wait_until(up, 30, 0.1, what=f"{name} to answer")
-    return proc, base, port
+    return {**stack.env, "MCP_TASKS_CONSOLE_ADMIN_TOKENS": ADMINS, **extra}
 
 
 @pytest.fixture(scope="module")
@@ -57,30 +33,11 @@ def console(stack: support.Stack) -> Iterator[tuple[str, int, Path]]:
         proc.stop()
 
 
-def sign_in(base: str, prefix: str = "") -> httpx.Client:
-    """An admin's session over plain HTTP (the form's nonce cookie, then the session cookie)."""
-    http = httpx.Client(base_url=base, timeout=30)
-    form = http.get(f"{prefix}/login")
-    nonce = re.search(r'name="csrf" value="([^"]+)"', form.text)
-    assert nonce is not None, form.text
-    signed = http.post(
-        f"{prefix}/login", data={"csrf": nonce.group(1), "token": ADMIN_TOKEN, "next": f"{prefix}/tasks"}
-    )
-    assert signed.status_code == 303 and signed.headers["location"] == f"{prefix}/tasks", signed.text
-    return http
-
-
 def job_of(database_url: str, task_id: str) -> str:
     with psycopg.connect(database_url) as conn:
         row = conn.execute("SELECT job_id FROM mcp_tasks WHERE task_id = %s", (task_id,)).fetchone()
     assert row is not None
     return str(row[0])
-
-
-def csrf_of(http: httpx.Client, path: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', http.get(path).text)
-    assert found is not None
-    return found.group(1)
 
 
 def _listening_addresses(port: int) -> set[str]:
@@ -106,10 +63,9 @@ def test_an_admin_sees_and_cancels_a_task_the_api_made(
 ) -> None:
     base, _, _ = console
     client = stack.client()
-    try:
-        task_id = client.start("slow_compute", {"seconds": 60, "label": "seen-by-the-console"})
-        job = job_of(stack.database_url, task_id)
-        http = sign_in(base)
+    task_id = client.start("slow_compute", {"seconds": 60, "label": "seen-by-the-console"})
+    job = job_of(stack.database_url, task_id)
+    with sign_in(base) as http:
         listed = http.get("/tasks", params={"job": job})
         assert listed.status_code == 200 and f'href="/tasks/{job}"' in listed.text, listed.text
         assert listed.headers["content-security-policy"].startswith("default-src 'self'")
@@ -129,26 +85,24 @@ def test_an_admin_sees_and_cancels_a_task_the_api_made(
         assert done["status"] == "cancelled", done
         audit = http.get("/audit")
         assert "admin:ops" in audit.text and f'href="/tasks/{job}"' in audit.text
-    finally:
-        client.close()
+    client.close()
 
 
 def test_no_mcp_endpoint_is_served_by_the_console(console: tuple[str, int, Path]) -> None:
     base, _, _ = console
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-    for path in ("/mcp", "/console/mcp"):
-        assert httpx.post(base + path, json=call, timeout=10).status_code in (404, 405)
     assert httpx.post(base + "/mcp", json=call, timeout=10).status_code == 404
     assert httpx.get(base + "/healthz", timeout=10).status_code == 404
+    assert httpx.get(base + "/metrics", timeout=10).status_code == 404
     assert httpx.get(base + "/.well-known/oauth-protected-resource", timeout=10).status_code == 404
 
 
 def test_the_console_command_sits_under_a_path_behind_a_proxy(stack: support.Stack) -> None:
     proc, base, _ = start_console("console-command-path", _env(stack), "--path", "/ops/console/")
     try:
-        http = sign_in(base, "/ops/console")
-        page = http.get("/ops/console/tasks")
-        assert page.status_code == 200 and 'src="/ops/console/static/console.js"' in page.text
+        with sign_in(base, "/ops/console") as http:
+            page = http.get("/ops/console/tasks")
+            assert page.status_code == 200 and 'src="/ops/console/static/console.js"' in page.text
         assert httpx.get(base + "/tasks", timeout=10).status_code == 404
     finally:
         proc.stop()
