@@ -429,7 +429,8 @@ class Settings(BaseSettings):
     """Bearer token that reads ``/metrics`` from anywhere. Unset, ``/metrics`` answers only
     clients on a loopback address (behind a trusted proxy: the forwarded client), 403 to others."""
     console_enabled: bool = False
-    """Serve the admins' web console at ``/console`` of the API (``docs/console/``)."""
+    """Serve the admins' web console at ``/console`` of the API (``docs/console/``). Not needed by
+    ``mcp-celery-tasks console`` (the console alone, on its own port) nor ``mount(console=…)``."""
     console_admin_tokens: dict[str, str] = Field(default_factory=dict)
     """Console admins, ``{"name": "<sha256 hex of the token>"}`` (only hashes: ``python -c
     "import hashlib;print(hashlib.sha256(b'TOKEN').hexdigest())"``); the actor is ``admin:<name>``.
