@@ -14,8 +14,9 @@ import httpx
 import psycopg
 import pytest
 
+from mcp_celery_tasks.console.throttle import LIMIT
 from tests import support
-from tests.console_http import ADMINS, csrf_of, sign_in, start_console
+from tests.console_http import ADMIN_TOKEN, ADMINS, csrf_of, sign_in, start_console
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -104,6 +105,25 @@ def test_the_console_command_sits_under_a_path_behind_a_proxy(stack: support.Sta
             page = http.get("/ops/console/tasks")
             assert page.status_code == 200 and 'src="/ops/console/static/console.js"' in page.text
         assert httpx.get(base + "/tasks", timeout=10).status_code == 404
+    finally:
+        proc.stop()
+
+
+def test_behind_a_trusted_proxy_failed_sign_ins_count_per_forwarded_client(stack: support.Stack) -> None:
+    """As ``serve``: the forwarded address is believed from ``MCP_TASKS_TRUSTED_PROXIES`` only, so
+    one client's failures lock out that client, not everyone behind the proxy."""
+    env = _env(stack, MCP_TASKS_TRUSTED_PROXIES='["127.0.0.1/32"]')
+    proc, base, _ = start_console("console-command-proxy", env)
+    try:
+
+        def attempt(client: str, token: str = "wrong-token") -> int:
+            headers = {"Authorization": f"Bearer {token}", "X-Forwarded-For": client}
+            return httpx.get(f"{base}/tasks", headers=headers, timeout=10).status_code
+
+        assert [attempt("203.0.113.7") for _ in range(LIMIT)] == [401] * LIMIT
+        assert attempt("203.0.113.7") == 429
+        assert attempt("203.0.113.7", ADMIN_TOKEN) == 429  # the right token too, while held back
+        assert attempt("203.0.113.8", ADMIN_TOKEN) == 200  # another client behind the same proxy
     finally:
         proc.stop()
 

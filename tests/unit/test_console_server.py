@@ -8,7 +8,7 @@ import hashlib
 import pytest
 
 from mcp_celery_tasks.api.consoleserver import NoAdmins, create_console_server, exposure_warning
-from mcp_celery_tasks.settings import Settings
+from mcp_celery_tasks.settings import Settings, api_only_variables
 
 ADMINS = {"ops": hashlib.sha256(b"token").hexdigest()}
 
@@ -38,3 +38,10 @@ def test_listening_beyond_loopback_warns_to_put_tls_in_front() -> None:
         assert warning is not None and "TLS" in warning and "MCP_TASKS_RESOURCE_URL" in warning
     behind_tls = exposure_warning("0.0.0.0", Settings(resource_url="https://ops.example/mcp"))
     assert behind_tls is not None and "TLS" in behind_tls and "RESOURCE_URL" not in behind_tls
+
+
+def test_the_consoles_admin_dsn_is_a_secret_workers_never_get() -> None:
+    environ = {"MCP_TASKS_CONSOLE_DATABASE_URL_FILE": "/run/secrets/x", "MCP_TASKS_DATABASE_URL": "y"}
+    assert api_only_variables(environ) == ["MCP_TASKS_CONSOLE_DATABASE_URL_FILE"]
+    spelled = Settings(console_database_url="postgresql+psycopg://admin:pw@db/tasks")
+    assert spelled.console_database_url == "postgresql://admin:pw@db/tasks"  # libpq's spelling
