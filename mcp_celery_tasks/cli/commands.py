@@ -1,4 +1,4 @@
-"""The composition root: ``mcp-celery-tasks serve | worker | beat | migrate | dev | call | tasks``.
+"""The composition root: ``mcp-celery-tasks serve | console | worker | beat | migrate | dev | call | tasks``.
 
 Every command reads Settings from ``MCP_TASKS_*``; flags override the common ones.
 """
@@ -172,6 +172,25 @@ def serve(
     httpserver.serve(
         app_or_factory, settings, host=bind, port=port or settings.port, workers=workers, log_level=log_level
     )
+
+
+@app.command()
+def console(
+    host: Annotated[
+        str, typer.Option(help="Bind address (a non-loopback one: put TLS in front)")
+    ] = "127.0.0.1",
+    port: Annotated[int | None, typer.Option(help="Port (default 8090)")] = None,
+    path: Annotated[str, typer.Option(help="Where the console sits, e.g. /console behind a proxy")] = "/",
+    database_url: DatabaseOpt = None,
+    broker_url: BrokerOpt = None,
+    tools: ToolsOpt = None,
+    log_level: Annotated[str, typer.Option(help="Log level")] = "info",
+) -> None:
+    """Run the admins' web console alone, on its own port (no MCP endpoint)."""
+    from mcp_celery_tasks.cli.console import run_console
+
+    settings = _settings(database_url, broker_url, tools)
+    run_console(settings, host=host, port=port, path=path, log_level=log_level)
 
 
 @app.command()
