@@ -70,6 +70,7 @@ class Console(Actions):
         self.sessions = Sessions(settings, is_tool_caller)
         self.failed_logins = FailedLogins()
         self.services_of = services_of
+        self.active_limit = settings.max_active_tasks_per_principal  # the overview's default limit
         self.secure_default = settings.resource_url is not None and settings.resource_url.startswith("https")
 
     def _admin(self, request: Request) -> Admin:
@@ -191,7 +192,7 @@ class Console(Actions):
 
     async def overview(self, request: Request, admin: Admin) -> Response:
         services = self.services_of(request)
-        sections = await services.store.console_overview()
+        sections = await services.store.console_overview(default_limit=self.active_limit)
         return html(render("overview.html", prefix=self.prefix, admin=admin, **sections))
 
     async def tasks(self, request: Request, admin: Admin) -> Response:
@@ -201,12 +202,13 @@ class Console(Actions):
         page = await store.console_tasks(where, listing.page_size(params), oldest=oldest)
         older = None
         if page.more:
-            last = listing.cursor(page.rows[-1])
+            last = listing.cursor(page.rows[-1], where.sort)
             older = listing.query(params, after=last) if oldest else listing.query(params, before=last)
         shown = [str(row["job_id"]) for row in page.rows]
         follow = urlencode([("job", job) for job in shown]) if 0 < len(shown) <= live.MAX_LIVE_ROWS else ""
         first = where.before is None and where.after is None
-        if first and not oldest and len(shown) <= live.MAX_LIVE_ROWS:  # the first page: new rows too
+        newest_first = not oldest and where.sort == "created"  # where a task created since goes
+        if first and newest_first and len(shown) <= live.MAX_LIVE_ROWS:  # the first page: new rows too
             after = [("after", listing.cursor(page.rows[0]))] if page.rows else []
             follow = urlencode([*listing.filter_fields(params).items(), ("news", "1"), *after]) + (
                 f"&{follow}" if follow else ""
@@ -225,6 +227,8 @@ class Console(Actions):
                 follow=follow,
                 bulk_fields=listing.FILTERS,
                 oldest=oldest,
+                sort=where.sort,
+                sorts=listing.sort_links(params),
             )
         )
 
