@@ -27,7 +27,14 @@ FenceMode = typing.Literal["off", "on", "auto"]
 """``lease_self_fence`` (``broker.fencing``)."""
 _BOOLEAN_FENCE = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
 
-API_ONLY_SECRETS = ("secret_keys", "auth_tokens", "jwt_public_key", "metrics_token", "console_admin_tokens")
+API_ONLY_SECRETS = (
+    "secret_keys",
+    "auth_tokens",
+    "jwt_public_key",
+    "metrics_token",
+    "console_admin_tokens",
+    "console_database_url",
+)
 """Settings only the API process uses: workers, beat and admin commands never need them, so
 ``worker`` drops them from its environment (a tool could otherwise read them)."""
 
@@ -422,11 +429,17 @@ class Settings(BaseSettings):
     """Bearer token that reads ``/metrics`` from anywhere. Unset, ``/metrics`` answers only
     clients on a loopback address (behind a trusted proxy: the forwarded client), 403 to others."""
     console_enabled: bool = False
-    """Serve the admins' web console at ``/console`` of the API (``docs/console/``)."""
+    """Serve the admins' web console at ``/console`` of the API (``docs/console/``). Not needed by
+    ``mcp-celery-tasks console`` (the console alone, on its own port) nor ``mount(console=…)``."""
     console_admin_tokens: dict[str, str] = Field(default_factory=dict)
     """Console admins, ``{"name": "<sha256 hex of the token>"}`` (only hashes: ``python -c
     "import hashlib;print(hashlib.sha256(b'TOKEN').hexdigest())"``); the actor is ``admin:<name>``.
     A tool caller's token never opens the console."""
+    console_database_url: str | None = None
+    """A Postgres DSN of an ``mcp_tasks_admin`` login (``migrate --roles``), used by the console
+    alone for its admin writes: principal and tool limits and its audit rows. Unset, they go
+    through ``database_url``, which under the least-privilege roles may not write limits (the
+    limits page then refuses and names the CLI). A secret: workers never get it."""
     worker_metrics_port: int | None = None
     """Port where a worker serves its (prefork-merged) Prometheus metrics; off when unset."""
 
@@ -530,7 +543,7 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, FileSecretsSource(settings_cls), dotenv_settings)
 
-    @field_validator("database_url", "direct_database_url")
+    @field_validator("database_url", "direct_database_url", "console_database_url")
     @classmethod
     def _libpq_form(cls, value: str | None) -> str | None:
         # Accept the SQLAlchemy spelling too; psycopg wants plain libpq URLs.

@@ -17,7 +17,8 @@ INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, status, sta
                        max_attempts, protocol_version, client_capabilities, dispatched_at,
                        started_at, finished_at, error_kind, attempts)
 SELECT 'bulk-task-' || %(tag)s || '-' || n,
-       'bulk-job-' || %(tag)s || '-' || lpad(n::text, 8, '0'),
+       CASE WHEN %(uuid_jobs)s THEN md5(%(tag)s || n)::uuid::text
+            ELSE 'bulk-job-' || %(tag)s || '-' || lpad(n::text, 8, '0') END,
        'token:user' || (n %% %(owners)s),
        'tool_' || (n %% 7),
        jsonb_build_object('n', n),
@@ -42,9 +43,15 @@ CROSS JOIN LATERAL (SELECT now() - (%(rows)s - n) / 3 * interval '10 millisecond
 """
 
 
-def fill(dsn: str, rows: int, *, tag: str = "a", owners: int = 200, active: int = 100) -> None:
-    """Insert ``rows`` tasks (the newest ``active`` of them working), then ANALYZE."""
-    params: dict[str, Any] = {"rows": rows, "tag": tag, "owners": owners, "active": active}
+def fill(
+    dsn: str, rows: int, *, tag: str = "a", owners: int = 200, active: int = 100, uuid_jobs: bool = False
+) -> None:
+    """Insert ``rows`` tasks (the newest ``active`` of them working), then ANALYZE. Job ids are
+    ``bulk-job-<tag>-<n, 8 digits>``, or with ``uuid_jobs`` UUIDs as the API makes them (random,
+    so a prefix's rows spread over the whole time range as real ones do)."""
+    params: dict[str, Any] = {
+        "rows": rows, "tag": tag, "owners": owners, "active": active, "uuid_jobs": uuid_jobs,
+    }  # fmt: skip
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(FILL, params)
         conn.execute("ANALYZE mcp_tasks")

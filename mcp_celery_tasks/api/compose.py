@@ -2,7 +2,8 @@
 
 Everything one process shares is built here once, in order, and torn down in reverse: the
 Postgres pool, the task event hub, the publisher thread with the Celery app it publishes
-through (ours, or a team's own), the sealer, the task service. ``server`` wraps this in the
+through (ours, or a team's own), the sealer, the task service, and the console's admin pool
+when ``console_database_url`` is set. ``server`` wraps this in the
 FastAPI lifespan and hands ``Services`` to requests as lifespan state. No HTTP here.
 """
 
@@ -72,9 +73,15 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
     load = asyncio.create_task(
         shared_load.share_load(store, tasks.quotas, shared_load.replica_id()), name="mcp-load"
     )
+    console_store = await _open_console_store(settings)
     try:
-        yield Services(settings, tasks, store, events, fair, Sealer(settings.secret_keys), SERVER_VERSION)
+        yield Services(
+            settings, tasks, store, events, fair, Sealer(settings.secret_keys), SERVER_VERSION,
+            console_store=console_store,
+        )  # fmt: skip
     finally:
+        if console_store is not None:
+            await console_store.close()
         if demand is not None:
             demand.cancel()
         load.cancel()
@@ -85,6 +92,27 @@ async def running(settings: Settings) -> AsyncIterator[Services]:
         await asyncio.to_thread(publisher.stop)
         await asyncio.to_thread(marker.close)
         await store.close()
+
+
+CONSOLE_POOL_MAX = 2
+"""Connections of the console's admin pool (opened on first use: admins' form posts)."""
+
+
+async def _open_console_store(settings: Settings) -> ApiStore | None:
+    """The console's own pool on ``console_database_url`` (an admin login: limits are the admin
+    role's to write), or None to write through the API's pool."""
+    if settings.console_database_url is None:
+        return None
+    admin = settings.model_copy(
+        update={
+            "database_url": settings.console_database_url,
+            "db_pool_min": 0,
+            "db_pool_max": CONSOLE_POOL_MAX,
+        }
+    )
+    store = ApiStore(admin)
+    await store.open()
+    return store
 
 
 def _start_demand_gauges(store: ApiStore, settings: Settings, default: str) -> asyncio.Task[None] | None:

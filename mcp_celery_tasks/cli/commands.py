@@ -1,4 +1,4 @@
-"""The composition root: ``mcp-celery-tasks serve | worker | beat | migrate | dev | call | tasks``.
+"""The composition root: ``mcp-celery-tasks serve | console | worker | beat | migrate | dev | call | tasks``.
 
 Every command reads Settings from ``MCP_TASKS_*``; flags override the common ones.
 """
@@ -31,8 +31,7 @@ from mcp_celery_tasks.cli.admin.connect import (
     redact,
 )
 from mcp_celery_tasks.cli.admin.tasks import admin_app
-from mcp_celery_tasks.cli.call_options import SaveArtifactsOpt
-from mcp_celery_tasks.cli.dev import record as devrecord
+from mcp_celery_tasks.cli.client_commands import call, tools
 from mcp_celery_tasks.cli.gpus import GpuMaxTasksOpt, GpusOpt, SlotsOpt, apply_gpu_options
 from mcp_celery_tasks.cli.help import PlainHelpCommand, PlainHelpGroup
 from mcp_celery_tasks.telemetry.logs import configure_logging
@@ -175,6 +174,25 @@ def serve(
 
 
 @app.command()
+def console(
+    host: Annotated[
+        str, typer.Option(help="Bind address (a non-loopback one: put TLS in front)")
+    ] = "127.0.0.1",
+    port: Annotated[int | None, typer.Option(help="Port (default 8090)")] = None,
+    path: Annotated[str, typer.Option(help="Where the console sits, e.g. /console behind a proxy")] = "/",
+    database_url: DatabaseOpt = None,
+    broker_url: BrokerOpt = None,
+    tools: ToolsOpt = None,
+    log_level: Annotated[str, typer.Option(help="Log level")] = "info",
+) -> None:
+    """Run the admins' web console alone, on its own port (no MCP endpoint)."""
+    from mcp_celery_tasks.cli.console import run_console
+
+    settings = _settings(database_url, broker_url, tools)
+    run_console(settings, host=host, port=port, path=path, log_level=log_level)
+
+
+@app.command()
 def worker(
     queues: Annotated[str | None, typer.Option("-Q", "--queues", help="Queues to consume")] = None,
     concurrency: Annotated[int | None, typer.Option("-c", "--concurrency")] = None,
@@ -308,115 +326,9 @@ def dev_psql(ctx: typer.Context) -> None:
     raise typer.Exit(run_psql(list(ctx.args)))
 
 
-DEFAULT_URL = "http://127.0.0.1:8000/mcp"
-UrlOpt = Annotated[
-    str | None,
-    typer.Option(
-        metavar="URL",
-        envvar="MCP_TASKS_URL",
-        help=f"MCP endpoint (default: the running dev stack of this checkout, else {DEFAULT_URL})",
-    ),
-]
-TokenOpt = Annotated[str | None, typer.Option(metavar="TOKEN", envvar="MCP_TASKS_TOKEN", help="Bearer token")]
-TimeoutOpt = Annotated[
-    float, typer.Option(metavar="SECONDS", help="Longest wait for any one answer from the server")
-]
-
-
-@app.command(cls=PlainHelpCommand)
-def call(
-    tool: Annotated[str | None, typer.Argument(metavar="TOOL", help="Tool to call (see: tools)")] = None,
-    arg: Annotated[
-        list[str] | None,
-        typer.Option("--arg", metavar="KEY=VALUE", help="A tool argument; JSON values allowed (repeat it)"),
-    ] = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    resume: Annotated[
-        str | None, typer.Option(metavar="TASK_ID", help="Follow an existing task instead")
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="No live display or forms; print the final task as JSON")
-    ] = False,
-    answers: Annotated[
-        Path | None,
-        typer.Option(
-            metavar="FILE", help='Answers to input requests by key, e.g. {"*": {"action": "accept"}}'
-        ),
-    ] = None,
-    timeout: TimeoutOpt = 60.0,
-    detach: Annotated[
-        bool,
-        typer.Option(
-            "--detach",
-            help="Ctrl-C, SIGTERM or a closed terminal leave the task running (follow it with --resume)",
-        ),
-    ] = False,
-    idempotency_key: Annotated[
-        str | None,
-        typer.Option(
-            "--idempotency-key",
-            metavar="KEY",
-            help="Run at most once per KEY: calling again with it follows the task it made "
-            "(default: a fresh key, reused by this call's own retries)",
-        ),
-    ] = None,
-    save_artifacts: SaveArtifactsOpt = None,
-) -> None:
-    """Call a tool as a task on any SEP-2663 server and follow it.
-
-    Ctrl-C, SIGTERM or a closed terminal cancel the task (with --detach: leave
-    it running). Without a terminal (--json, or stdin not a terminal) every
-    input request without an --answers entry is declined at once.
-
-    Exit codes: 0 completed; 1 the task failed or was cancelled, the tool
-    reported an error, or an artifact could not be saved; 2 refused (a usage mistake such as a wrong argument
-    type, or a JSON-RPC error from the server); 3 no MCP answer from the
-    server (refused, timed out); 130 interrupted (Ctrl-C, SIGTERM, SIGHUP).
-    """
-    from mcp_celery_tasks.client.call import run_call
-
-    endpoint, named = _endpoint(url)
-    raise typer.Exit(
-        run_call(
-            url=endpoint,
-            url_given=named,
-            token=token,
-            tool=tool,
-            args=arg or [],
-            resume=resume,
-            as_json=as_json,
-            answers_file=answers,
-            timeout=timeout,
-            detach=detach,
-            idempotency_key=idempotency_key,
-            save_artifacts=save_artifacts,
-        )
-    )
-
-
-@app.command(cls=PlainHelpCommand)
-def tools(
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the tools as JSON")] = False,
-    timeout: TimeoutOpt = 60.0,
-) -> None:
-    """List the tools a server offers: name, task mode, arguments and a one-line description."""
-    from mcp_celery_tasks.client.call import run_tools
-
-    raise typer.Exit(run_tools(url=_endpoint(url)[0], token=token, as_json=as_json, timeout=timeout))
-
-
-def _endpoint(url: str | None) -> tuple[str, bool]:
-    """The endpoint to use, and whether the user named it (--url or MCP_TASKS_URL)."""
-    if url:
-        return url, True
-    record = devrecord.find()
-    if record is not None:
-        devrecord.announce(record, record.mcp_url)
-        return record.mcp_url, False
-    return DEFAULT_URL, False
+# The client's commands (any SEP-2663 server): ``cli.client_commands``.
+app.command(cls=PlainHelpCommand)(call)
+app.command(cls=PlainHelpCommand)(tools)
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from mcp_celery_tasks.console import listing
-from mcp_celery_tasks.console.http import PREFIX, html
+from mcp_celery_tasks.console.http import html
 from mcp_celery_tasks.console.limits import parse_tool_limit
 from mcp_celery_tasks.console.render import render
 from mcp_celery_tasks.console.retry import RETRYABLE, retry
@@ -64,6 +64,7 @@ class Actions:
     """Retry and the bulk actions, mixed into the console (``pages.Console``)."""
 
     services_of: ServicesOf
+    prefix: str
 
     async def retry(self, request: Request, admin: Admin) -> Response:
         services = self.services_of(request)
@@ -78,11 +79,11 @@ class Actions:
         audited: dict[str, JSONValue] = {"outcome": done.outcome, "new_job": done.job_id}
         if done.reason:
             audited["reason"] = done.reason
-        await services.store.record_console_action(admin.actor, "retry", job_id, affected, audited)
+        await services.console_writes.record_console_action(admin.actor, "retry", job_id, affected, audited)
         logger.info("console: %s retried job %s: %s %s", admin.actor, job_id, done.outcome, done.job_id)
         if done.job_id is None:
             raise Refused(429 if done.outcome == "quota" else 409, f"not retried: {done.reason}")
-        return RedirectResponse(f"{PREFIX}/tasks/{quote(done.job_id)}", 303, headers=HEADERS)
+        return RedirectResponse(f"{self.prefix}/tasks/{quote(done.job_id)}", 303, headers=HEADERS)
 
     async def bulk_confirm(self, request: Request, admin: Admin) -> Response:
         """The dry run: how many tasks the filter's action would change (counted up to one more
@@ -94,7 +95,7 @@ class Actions:
         return html(
             render(
                 "bulk.html",
-                prefix=PREFIX,
+                prefix=self.prefix,
                 admin=admin,
                 action=action,
                 fields=fields,
@@ -121,14 +122,14 @@ class Actions:
             done = await _retry_all(services, rows, admin)
         target = "filter " + (urlencode(fields) or "(all tasks)")
         detail: dict[str, JSONValue] = {"confirmed": int(confirmed), "matched": len(rows), **done}
-        await services.store.record_console_action(
+        await services.console_writes.record_console_action(
             admin.actor, f"bulk {action}", target, int(str(done["changed"])), detail
         )
         logger.info("console: %s bulk %s on %s: %s", admin.actor, action, target, done)
         return html(
             render(
                 "bulk.html",
-                prefix=PREFIX,
+                prefix=self.prefix,
                 admin=admin,
                 action=action,
                 fields=fields,
@@ -143,7 +144,7 @@ class Actions:
     async def set_tool_limit(self, request: Request, admin: Admin) -> Response:
         change = parse_tool_limit(request.state.form)
         spec = get_tool(change.tool)
-        store = self.services_of(request).store
+        store = self.services_of(request).console_writes
         where = f"tool {change.tool}" + ("" if change.group == ALL_GROUPS else f" for {change.group}")
         if change.concurrency is None:  # an override of a tool no longer served may still be cleared
             cleared = await store.console_clear_tool_limit(change.tool, change.group, admin.actor)
@@ -159,7 +160,7 @@ class Actions:
             detail: dict[str, JSONValue] = {"concurrency": change.concurrency, "note": change.note}
             await store.record_console_action(admin.actor, "set tool limit", where, 1, detail)
         logger.info("console: %s changed the concurrency of %s: %s", admin.actor, where, change.concurrency)
-        return RedirectResponse(f"{PREFIX}/limits", 303, headers=HEADERS)
+        return RedirectResponse(f"{self.prefix}/limits", 303, headers=HEADERS)
 
 
 async def _cancel_all(

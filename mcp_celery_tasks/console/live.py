@@ -95,6 +95,7 @@ def _new_row(row: Mapping[str, object]) -> dict[str, object]:
         "status_message": text(row["status_message"])[:120],
         "created": text(row["created_at"]),
         "attempts": text(row["attempts"]),
+        "finished": text(row["finished_at"]),
     }
 
 

@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from mcp_celery_tasks.console.actions import ServicesOf
-from mcp_celery_tasks.console.http import PREFIX
 from mcp_celery_tasks.console.revocation import Revocations
 from mcp_celery_tasks.console.security import HEADERS, SESSION_COOKIE, SESSION_S, Admin
 from mcp_celery_tasks.json_types import JSONObject
@@ -33,6 +32,8 @@ class SignOuts:
 
     services_of: ServicesOf
     revocations: Revocations
+    prefix: str
+    cookies: str
 
     async def logout(self, request: Request, admin: Admin) -> Response:
         if admin.session:  # a bearer request has no session to end
@@ -40,7 +41,7 @@ class SignOuts:
             await store.revoke_console_session(admin.session, admin.expires, admin.actor)
             self.revocations.note(Revocation(f"session:{admin.session}", 0.0))
             logger.info("console: %s signed out", admin.actor)
-        return _signed_out()
+        return self._signed_out()
 
     async def logout_everywhere(self, request: Request, admin: Admin) -> Response:
         store = self.services_of(request).store
@@ -50,10 +51,9 @@ class SignOuts:
         )
         self.revocations.note(revocation)
         logger.warning("console: %s revoked every session of %s", admin.actor, admin.actor)
-        return _signed_out()
+        return self._signed_out()
 
-
-def _signed_out() -> Response:
-    response = RedirectResponse(f"{PREFIX}/login", 303, headers=HEADERS)
-    response.delete_cookie(SESSION_COOKIE, path=PREFIX)
-    return response
+    def _signed_out(self) -> Response:
+        response = RedirectResponse(f"{self.prefix}/login", 303, headers=HEADERS)
+        response.delete_cookie(SESSION_COOKIE, path=self.cookies)
+        return response

@@ -35,10 +35,18 @@ class Services:
     """Open subscriptions per principal in this process."""
     holds: Holds = field(default_factory=Holds)
     """Synchronous waits and open streams per principal in this process (``holds``)."""
+    console_store: ApiStore | None = None
+    """The console's own pool on ``console_database_url`` (an admin login), when set."""
 
     @property
     def server_info(self) -> ServerInfo:
         return {"name": self.settings.server_name, "version": self.server_version}
+
+    @property
+    def console_writes(self) -> ApiStore:
+        """Where the console's admin writes go (limits, its audit): its own admin pool, else the
+        API's."""
+        return self.console_store or self.store
 
     @property
     def artifacts(self) -> ArtifactService:

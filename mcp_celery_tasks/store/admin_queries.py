@@ -84,6 +84,10 @@ SELECT o.queue, o.tool,
        max(o.runtime) FILTER (WHERE o.status IN ('working', 'input_required')) AS longest
 FROM mcp_tasks_overview o JOIN mcp_tasks t USING (task_id)
 WHERE o.status IN ('working', 'input_required', 'suspended', 'stopping')
+  -- The same rows, said on the table so that its partial indexes find them (ix_mcp_tasks_active,
+  -- ix_mcp_tasks_stopping): the view's status is an expression no index holds.
+  AND (t.status IN ('working', 'input_required')
+       OR (t.status = 'cancelled' AND t.started_at IS NOT NULL AND t.finished_at IS NULL))
 GROUP BY o.queue, o.tool ORDER BY o.queue, o.tool
 """
 

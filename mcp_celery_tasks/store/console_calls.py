@@ -38,7 +38,8 @@ WHOLE_JOB_ID = 36
 @dataclass(frozen=True, slots=True)
 class TaskFilter:
     """What the console's task list shows: every field optional; ``before`` is the keyset cursor
-    (created_at, job_id) of the last row of the previous page."""
+    (sort key, job_id) of the last row of the previous page, the sort key being ``created_at``
+    or, under ``sort="finished"``, ``finished_at`` (which then shows finished tasks only)."""
 
     status: str | None = None
     tool: str | None = None
@@ -49,17 +50,24 @@ class TaskFilter:
     job: str | None = None
     before: tuple[datetime, str] | None = None
     after: tuple[datetime, str] | None = None
-    """Only rows newer than this (created_at, job_id): the live list's new rows."""
+    """Only rows after this (sort key, job_id): the next page oldest first, or the live list's
+    new rows."""
+    sort: str = "created"
 
     def statement(self, limit: int, oldest: bool = False) -> tuple[LiteralString, dict[str, object]]:
         conditions, params = self.conditions(limit)
+        finished = self.sort == "finished"
+        if finished:
+            conditions.append(console_queries.FIELD_FILTERS["finished"])
         if self.before is not None:
-            conditions.append(console_queries.FIELD_FILTERS["before"])
+            conditions.append(console_queries.FIELD_FILTERS["finished_before" if finished else "before"])
             params["before_at"], params["before_job"] = self.before
         if self.after is not None:
-            conditions.append(console_queries.FIELD_FILTERS["after"])
+            conditions.append(console_queries.FIELD_FILTERS["finished_after" if finished else "after"])
             params["after_at"], params["after_job"] = self.after
-        return console_queries.list_statement(conditions, oldest), params
+        return console_queries.list_statement(
+            conditions, oldest, "finished" if finished else "created"
+        ), params
 
     def conditions(self, limit: int) -> tuple[list[LiteralString], dict[str, object]]:
         """The filter's WHERE fragments and parameters, without the page cursor."""
@@ -136,16 +144,29 @@ class ConsoleReads:
         conditions.append(console_queries.ACTIONABLE[action])
         return await self._fetch(console_queries.bulk_statement(conditions), params)
 
-    async def console_overview(self, window_s: float = 3600.0) -> dict[str, list[Row]]:
-        """Active tasks per queue and tool, per queue and principal, the failures of the last
-        ``window_s`` per tool (with the latest failed jobs), and the live workers of the registry
-        with the jobs on them (``tasks workers``' statement)."""
+    async def console_overview(
+        self, window_s: float = 3600.0, *, day_s: float = 86400.0, default_limit: int | None = None
+    ) -> dict[str, list[Row]]:
+        """Active tasks per queue and tool, per queue (with the oldest job waiting to start), per
+        queue and principal, per principal (active against its limit, its share of the live
+        workers' slots), the failures and forced stops per tool of the last ``window_s`` and the
+        last ``day_s`` (with the latest failed jobs), and the live workers of the registry with the
+        jobs on them (``tasks workers``' statement)."""
+        workers = await self._fetch(fleet_queries.WORKERS, {"all": False})
+        slots = sum(int(str(row["slots"] or 0)) for row in workers if row["kind"] == "worker")
+        shares = await self._fetch(
+            console_queries.PRINCIPAL_SHARES, {"default_limit": default_limit, "limit": 50}
+        )
         return {
             "queues": await self._fetch(admin_queries.ADMIN_SUMMARY, {}),
+            "queue_totals": await self._fetch(console_queries.QUEUE_TOTALS, {}),
             "principals": await self._fetch(admin_queries.ADMIN_PRINCIPALS, {"limit": 50}),
-            "failures": await self._fetch(console_queries.FAILURES_SINCE, {"window_s": window_s}),
+            "shares": [{**row, "share": _share(row["running"], slots)} for row in shares],
+            "failures": await self._fetch(
+                console_queries.FAILURES_RECENT, {"hour_s": window_s, "day_s": day_s}
+            ),
             "recent": await self._fetch(admin_queries.ADMIN_RECENT_FAILURES, {"limit": 10}),
-            "workers": await self._fetch(fleet_queries.WORKERS, {"all": False}),
+            "workers": workers,
         }
 
     async def record_console_action(
@@ -212,3 +233,8 @@ class ConsoleReads:
             await self._fetch(console_queries.ACTIONS, {"limit": limit}),
             await self._fetch(limit_queries.LIMIT_CHANGES, {"limit": limit}),
         )
+
+
+def _share(running: object, slots: int) -> float | None:
+    """Running jobs as a fraction of the live workers' slots (None: no live worker)."""
+    return int(str(running)) / slots if slots else None

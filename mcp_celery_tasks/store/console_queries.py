@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final, LiteralString
 
+from mcp_celery_tasks.store.queries import ACTIVE_SQL
+
 __all__: list[str] = []
 
 DISPLAY_STATUS: Final[LiteralString] = """
@@ -30,6 +32,7 @@ STATUS_FILTERS: Final[dict[str, LiteralString]] = {
     "errored": "t.status = 'completed' AND t.error_kind IS NOT NULL",
     "failed": "t.status = 'failed'",
     "cancelled": "t.status = 'cancelled'",
+    # ix_mcp_tasks_stopping (0024) holds exactly these rows.
     "stopping": "t.status = 'cancelled' AND t.started_at IS NOT NULL AND t.finished_at IS NULL",
 }
 
@@ -39,15 +42,23 @@ FIELD_FILTERS: Final[dict[str, LiteralString]] = {
     "queue": "t.queue = %(queue)s",
     "since": "t.created_at >= %(since)s",
     "until": "t.created_at < %(until)s",
-    # A whole job id is one probe of its unique index; a shorter prefix scans (no btree serves a
-    # prefix under a non-C collation), which the list's LIMIT keeps to what it must read.
+    # A whole job id is one probe of its unique index; a shorter prefix reads a range of the same
+    # index (``text_pattern_ops``, migration 0024) when the planner expects few rows under it.
     "job": "starts_with(t.job_id, %(job)s)",
     "job_exact": "t.job_id = %(job)s",
     # The keyset cursor: rows strictly after the last one shown (ix_mcp_tasks_created_at_job_id).
     "before": "(t.created_at, t.job_id) < (%(before_at)s, %(before_job)s)",
     # The live list's new rows: strictly newer than the newest one the page shows (the same index).
     "after": "(t.created_at, t.job_id) > (%(after_at)s, %(after_job)s)",
+    # The list by finish time (ix_mcp_tasks_finished_at_job_id, 0024: finished rows only).
+    "finished": "t.finished_at IS NOT NULL",
+    "finished_before": "(t.finished_at, t.job_id) < (%(before_at)s, %(before_job)s)",
+    "finished_after": "(t.finished_at, t.job_id) > (%(after_at)s, %(after_job)s)",
 }
+
+SORT_KEYS: Final[dict[str, LiteralString]] = {"created": "t.created_at", "finished": "t.finished_at"}
+"""The list's sorts, each a keyset on (key, job_id) over an index of its own (0023, 0024). No sort
+on a column that changes with the status (``last_updated_at``): its index would end HOT updates."""
 
 _LIST_HEAD: Final[LiteralString] = f"""
 SELECT t.job_id, {DISPLAY_STATUS} AS status, t.tool_name AS tool, t.owner, t.queue,
@@ -56,11 +67,15 @@ FROM mcp_tasks t
 WHERE """
 
 
-def list_statement(conditions: Iterable[LiteralString], oldest: bool = False) -> LiteralString:
-    """The task list, newest (or oldest) first, under ``conditions`` (fragments of this module)."""
+def list_statement(
+    conditions: Iterable[LiteralString], oldest: bool = False, sort: str = "created"
+) -> LiteralString:
+    """The task list by ``sort`` (a ``SORT_KEYS`` name), newest (or oldest) first, under
+    ``conditions`` (fragments of this module)."""
     where = " AND ".join(["true", *conditions])
     order: LiteralString = "ASC" if oldest else "DESC"
-    return _LIST_HEAD + where + f"\nORDER BY t.created_at {order}, t.job_id {order}\nLIMIT %(limit)s"
+    key = SORT_KEYS[sort]
+    return _LIST_HEAD + where + f"\nORDER BY {key} {order}, t.job_id {order}\nLIMIT %(limit)s"
 
 
 # What a bulk action may act on: cancel, the tasks still active; retry, the finished ones that
@@ -114,14 +129,57 @@ SELECT name, mime_type, size, complete, created_at FROM mcp_task_artifacts
 WHERE task_id = %(task_id)s ORDER BY created_at, name
 """
 
-FAILURES_SINCE: Final[LiteralString] = """
-SELECT tool_name AS tool, count(*) FILTER (WHERE status = 'failed') AS failed,
-       count(*) FILTER (WHERE status = 'completed' AND error_kind IS NOT NULL) AS errored,
-       count(*) FILTER (WHERE stop_reason IS NOT NULL) AS forced_stops
+# Failures and forced stops per tool, of the last hour and of the last day, in one index-only read
+# of the partial ix_mcp_tasks_failures (failed, errored and force-stopped rows only; 0024 added
+# the columns counted here). Its cost grows with the day's failures, not with the table.
+FAILURES_RECENT: Final[LiteralString] = """
+SELECT tool_name AS tool,
+       count(*) FILTER (WHERE status = 'failed'
+                        AND finished_at >= now() - %(hour_s)s * interval '1 second') AS failed,
+       count(*) FILTER (WHERE status = 'completed' AND error_kind IS NOT NULL
+                        AND finished_at >= now() - %(hour_s)s * interval '1 second') AS errored,
+       count(*) FILTER (WHERE stop_reason IS NOT NULL
+                        AND finished_at >= now() - %(hour_s)s * interval '1 second') AS forced_stops,
+       count(*) FILTER (WHERE status = 'failed') AS failed_day,
+       count(*) FILTER (WHERE status = 'completed' AND error_kind IS NOT NULL) AS errored_day,
+       count(*) FILTER (WHERE stop_reason IS NOT NULL) AS forced_stops_day
 FROM mcp_tasks
-WHERE finished_at >= now() - %(window_s)s * interval '1 second'
+WHERE finished_at >= now() - %(day_s)s * interval '1 second'
   AND (status = 'failed' OR error_kind IS NOT NULL OR stop_reason IS NOT NULL)
 GROUP BY tool_name ORDER BY count(*) DESC, tool_name
+"""
+
+# Per queue (every tool): what waits, what runs, and how long the oldest job not yet started has
+# waited since it was created (a retry waiting for its time is not counted). Active rows only,
+# through ix_mcp_tasks_active.
+QUEUE_TOTALS: Final[LiteralString] = f"""
+SELECT queue,
+       count(*) FILTER (WHERE dispatched_at IS NULL) AS backlog,
+       count(*) FILTER (WHERE dispatched_at IS NOT NULL AND lease_until IS NULL
+                        AND suspended_at IS NULL) AS queued,
+       count(*) FILTER (WHERE lease_until IS NOT NULL AND status = 'working') AS running,
+       count(*) FILTER (WHERE status = 'input_required' AND suspended_at IS NULL) AS waiting_for_input,
+       count(*) FILTER (WHERE suspended_at IS NOT NULL) AS suspended,
+       date_trunc('second', now() - min(created_at) FILTER (
+           WHERE status = 'working' AND lease_until IS NULL AND retry_at IS NULL)) AS oldest_queued
+FROM mcp_tasks
+WHERE status IN {ACTIVE_SQL}
+GROUP BY queue ORDER BY queue
+"""
+
+# Per principal (every queue): active tasks against the principal's limit (its override, else
+# the default the caller passes), and the running ones (whose share of the live workers' slots
+# ``console_calls`` works out).
+PRINCIPAL_SHARES: Final[LiteralString] = f"""
+SELECT t.owner, count(*) AS active,
+       count(*) FILTER (WHERE t.lease_until IS NOT NULL AND t.status = 'working') AS running,
+       COALESCE(l.max_active_tasks, %(default_limit)s) AS max_active,
+       l.max_active_tasks IS NOT NULL AS overridden
+FROM mcp_tasks t LEFT JOIN mcp_principal_limits l ON l.principal = t.owner
+WHERE t.status IN {ACTIVE_SQL}
+GROUP BY t.owner, l.max_active_tasks
+ORDER BY running DESC, active DESC, t.owner
+LIMIT %(limit)s
 """
 
 RECORD_ACTION: Final[LiteralString] = """

@@ -77,7 +77,8 @@ tasks = Table(
     "mcp_tasks",
     metadata,
     Column("task_id", Text, primary_key=True),
-    Column("job_id", Text, nullable=False, unique=True),
+    # Unique through ``ix_mcp_tasks_job_id`` (0024), whose ``text_pattern_ops`` serve prefixes.
+    Column("job_id", Text, nullable=False),
     Column("owner", Text, nullable=False),
     Column("tool_name", Text, nullable=False),
     Column("arguments", JSONB, nullable=False),
@@ -214,7 +215,24 @@ tasks = Table(
     Index(
         "ix_mcp_tasks_failures",
         "finished_at",
+        postgresql_include=["tool_name", "status", "error_kind", "stop_reason"],  # 0024: index-only
         postgresql_where=text("status = 'failed' OR error_kind IS NOT NULL OR stop_reason IS NOT NULL"),
+    ),
+    # Migration 0024: job-id lookups and prefixes (the unique constraint of 0001 it replaced
+    # served no prefix), and the list by finish time (finished rows only).
+    Index("ix_mcp_tasks_job_id", "job_id", unique=True, postgresql_ops={"job_id": "text_pattern_ops"}),
+    Index(
+        "ix_mcp_tasks_finished_at_job_id",
+        "finished_at",
+        "job_id",
+        postgresql_where=text("finished_at IS NOT NULL"),
+    ),
+    # Cancelled while running, the worker not stopped yet: the list's and the overview's "stopping".
+    Index(
+        "ix_mcp_tasks_stopping",
+        "created_at",
+        "job_id",
+        postgresql_where=text("status = 'cancelled' AND started_at IS NOT NULL AND finished_at IS NULL"),
     ),
     Index(
         "ix_mcp_tasks_session_created_at",

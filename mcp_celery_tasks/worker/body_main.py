@@ -10,7 +10,8 @@ would have produced it. Every context operation is a request back to the pool ch
 Signals from the pool child reach the tool as they would in-process: SIGUSR2 is the soft time
 limit (``SoftTimeLimitExceeded``), SIGTERM the worker stopping (``WorkerStopping``). One that
 arrives while a request is on the pipe waits until the reply is in (a frame cut in half would
-break the pipe), then is raised.
+break the pipe), then is raised; one that arrives before the tool starts (the body starts with
+both held, a loaded machine may take longer than a short soft limit) is raised as it starts.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from mcp_celery_tasks.tools.context import bind
 from mcp_celery_tasks.tools.registry import get_tool
 from mcp_celery_tasks.worker import hardening
 from mcp_celery_tasks.worker.body_context import BodyContext, Streams, body_stream_reader
-from mcp_celery_tasks.worker.body_wire import Peer, encode_error
+from mcp_celery_tasks.worker.body_wire import HELD_SIGNALS, Peer, encode_error
 
 __all__ = ["main"]
 
@@ -46,6 +47,7 @@ class _GuardedPeer(Peer):
 
     inside = 0
     pending: BaseException | None = None
+    started = False  # the tool is running: before, a signal waits for it (``_Body.run``)
     done = False
 
     def call(self, op: str, args: JSONObject | None = None, binary: bytes | None = None) -> Any:
@@ -65,7 +67,7 @@ class _GuardedPeer(Peer):
     def signalled(self, exc: BaseException) -> None:
         if self.done:
             return
-        if self.inside:
+        if self.inside or not self.started:
             self.pending = exc
             return
         raise exc
@@ -107,6 +109,8 @@ class _Body:
                 kwargs: dict[str, Any] = spec.call_kwargs(args["arguments"])  # type: ignore[arg-type]
                 if spec.context_param:
                     kwargs[spec.context_param] = ctx
+                self.peer.started = True
+                self.peer.raise_pending()  # a limit or stop that came while the body started
                 value = spec.fn(**kwargs)
                 if inspect.isawaitable(value):
                     value = asyncio.run(_await(value))
@@ -152,6 +156,9 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGUSR2, soft_limit)
     signal.signal(signal.SIGTERM, stopping)
+    # Held since the exec (``isolation._start``): one sent while Python started waited, rather
+    # than ending the body by its default action; now it reaches the handlers.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
     message, binary = peer.receive()
     peer.serve_one(message, binary)
     sock.close()

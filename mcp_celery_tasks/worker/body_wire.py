@@ -19,6 +19,7 @@ reply nobody asked for — is a ``ProtocolViolation``: the pool child ends the b
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import struct
 from collections.abc import Callable
@@ -41,9 +42,21 @@ from mcp_celery_tasks.errors import (
 from mcp_celery_tasks.json_types import JSONObject, JSONValue
 from mcp_celery_tasks.tools.retries import RetryLater
 
-__all__ = ["Handler", "Peer", "ProtocolViolation", "RemoteError", "decode_error", "encode_error"]
+__all__ = [
+    "HELD_SIGNALS",
+    "Handler",
+    "Peer",
+    "ProtocolViolation",
+    "RemoteError",
+    "decode_error",
+    "encode_error",
+]
 
 _HEADER: Final = struct.Struct(">cI")
+
+HELD_SIGNALS: Final = frozenset({signal.SIGUSR2, signal.SIGTERM})
+"""The pool child's signals to a body (soft limit, stop): held from the exec until the body's
+handlers are in, so that neither ends it by its default action while Python starts."""
 MAX_MESSAGE_CHARS: Final = 2000
 """An error message crossing the pipe is cut to this length."""
 

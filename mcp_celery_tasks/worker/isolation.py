@@ -47,7 +47,7 @@ from mcp_celery_tasks.tools.context import TaskContext
 from mcp_celery_tasks.tools.registry import ToolSpec
 from mcp_celery_tasks.tools.retries import RetryLater
 from mcp_celery_tasks.worker import hardening
-from mcp_celery_tasks.worker.body_wire import Peer, ProtocolViolation, RemoteError, decode_error
+from mcp_celery_tasks.worker.body_wire import HELD_SIGNALS, Peer, ProtocolViolation, RemoteError, decode_error
 from mcp_celery_tasks.worker.runtime import Runtime
 
 __all__ = ["BodyCrashed", "isolated", "run_body", "run_isolated"]
@@ -223,6 +223,7 @@ def _context_fields(ctx: TaskContext, settings: Settings) -> dict[str, Any]:
 
 def _start(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], socket.socket]:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)  # the exec'd body inherits the mask
     try:
         proc = subprocess.Popen(  # an exec, never a bare fork: nothing of this process is copied
             [sys.executable, "-m", "mcp_celery_tasks.worker.body_main", str(theirs.fileno())],
@@ -233,6 +234,7 @@ def _start(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], socket.socket]
         ours.close()
         raise
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         theirs.close()
     return proc, ours
 

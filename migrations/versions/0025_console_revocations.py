@@ -15,7 +15,7 @@ collector deletes rows past it. Every revocation is also audited in ``mcp_consol
 Issue 35 (the console's sessions).
 
 Revision ID: 0025
-Revises: 0023 (to be rechained after 0024 at merge)
+Revises: 0024
 Create Date: 2026-12-04
 """
 
@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0025"
-down_revision = "0023"
+down_revision = "0024"
 branch_labels = None
 depends_on = None
 

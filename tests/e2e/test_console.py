@@ -8,6 +8,7 @@ Playwright drives ``/usr/bin/chromium`` itself (``executable_path``): no browser
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import hashlib
 import json
 import os
@@ -97,6 +98,10 @@ def _row(console: dict[str, Any], job_id: str) -> dict[str, Any]:
         row = conn.execute("SELECT * FROM mcp_tasks WHERE job_id = %s", (job_id,)).fetchone()
     assert row is not None
     return row
+
+
+def _finished(console: dict[str, Any], job_id: str) -> bool:
+    return _row(console, job_id)["finished_at"] is not None
 
 
 @pytest.fixture(scope="module")
@@ -255,6 +260,24 @@ def test_the_list_pages_by_keyset_and_keeps_its_filter_in_the_url(console: dict[
     http.close()
 
 
+def test_a_hostile_sort_or_cursor_gets_a_clear_400_page(console: dict[str, Any]) -> None:
+    http = _admin_http(console)
+    for query, said in (
+        ("sort=<script>alert(1)</script>", "sort: one of created, finished"),
+        ("sort=finished&before=2026-12-03T10:00:00%2B00:00~job", "a page cursor of another sort"),
+        ("before=finished~2026-12-03T10:00:00%2B00:00~job", "a page cursor of another sort"),
+        ("sort=finished&before=finished~1e999~job", "not a date and time"),
+        ("order=sideways", "order: one of newest, oldest"),
+        ("owner=%00", "a NUL character"),
+    ):
+        refused = http.get(f"/console/tasks?{query}")
+        assert refused.status_code == 400, query
+        assert (
+            said in refused.text and "<script>alert" not in refused.text and "Traceback" not in refused.text
+        )
+    http.close()
+
+
 # ---- in the browser --------------------------------------------------------------------------
 
 
@@ -282,6 +305,39 @@ def test_an_admin_filters_opens_a_task_and_watches_it_complete(page: Any, consol
     assert page.evaluate("window.notReloaded") is True
     assert label in page.inner_text("#result")
     assert "finished" in page.inner_text("#timeline")
+
+
+def test_a_column_header_sorts_the_list_and_the_url_keeps_the_sort(
+    page: Any, console: dict[str, Any]
+) -> None:
+    label = uuid.uuid4().hex[:8]
+    gates = [console["gates"] / f"sort-{label}-{n}" for n in range(3)]
+    jobs = [
+        _job_of(console, console["alice"].start("con_hold", {"text": f"{label}-{n}", "gate": str(gate)}))
+        for n, gate in enumerate(gates)
+    ]
+    for n in (1, 2, 0):  # finished in another order than created
+        gates[n].touch()
+        wait_until(functools.partial(_finished, console, jobs[n]), 30, 0.05, what="a finish")
+
+    def shown() -> list[str]:
+        rows = page.locator("#tasks tbody tr").evaluate_all("rows => rows.map(r => r.dataset.job)")
+        return [job for job in rows if job in jobs]
+
+    page.goto("/console/tasks?tool=con_hold&owner=token:alice")
+    assert shown() == [jobs[2], jobs[1], jobs[0]]  # newest created first
+    page.click("#sort-finished")
+    page.wait_for_url(re.compile(r".*/console/tasks\?tool=con_hold&owner=token%3Aalice&sort=finished$"))
+    assert shown() == [jobs[0], jobs[2], jobs[1]]  # newest finished first
+    assert page.get_attribute("th[aria-sort]", "aria-sort") == "descending"
+    page.click("#sort-finished")  # again: reversed
+    page.wait_for_url(re.compile(r".*sort=finished&order=oldest$"))
+    assert shown() == [jobs[1], jobs[2], jobs[0]]
+    page.reload()  # the sort is the URL's: a saved link shows the same list
+    assert shown() == [jobs[1], jobs[2], jobs[0]]
+    page.click("#sort-created")
+    page.wait_for_url(re.compile(r".*/console/tasks\?tool=con_hold&owner=token%3Aalice$"))
+    assert shown() == [jobs[2], jobs[1], jobs[0]]
 
 
 def test_the_list_updates_its_rows_without_a_reload(page: Any, console: dict[str, Any]) -> None:
@@ -449,6 +505,12 @@ def test_the_overview_shows_work_per_queue_and_principal_and_the_last_hours_fail
     assert int(queue.locator("td").nth(4).inner_text()) >= 1
     failures = page.locator("#failures tbody tr", has_text="con_fail")
     assert int(failures.locator("td").nth(1).inner_text()) >= 1
+    assert int(failures.locator("td").nth(4).inner_text()) >= 1  # the last day's too
+    totals = page.locator("#queue-totals tbody tr").first
+    assert int(totals.locator("td").nth(3).inner_text()) >= 1  # running in the queue
+    share = page.locator("#shares tbody tr", has_text="token:alice")
+    assert share.locator("td").nth(2).inner_text() == "1000"  # the default limit, no override
+    assert share.locator("td").nth(4).inner_text().endswith("%")  # of the live worker's slots
     assert page.locator("#recent li", has_text=_job_of(console, failed)).count() == 1
     console["alice"].cancel(held)
 

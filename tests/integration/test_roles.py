@@ -20,7 +20,7 @@ from mcp_celery_tasks.maintenance.gc import collect_garbage
 from mcp_celery_tasks.settings import Settings
 from mcp_celery_tasks.store import ApiStore, WorkerStore, roles, schema
 from mcp_celery_tasks.worker.artifacts import JobArtifacts
-from tests import support
+from tests import console_http, support
 
 Login = Callable[[str], str]
 """Group role -> the DSN of a fresh login role that is a member of it."""
@@ -307,3 +307,58 @@ async def test_artifacts_are_written_by_the_worker_read_by_the_api_and_swept_by_
     with psycopg.connect(db_url, autocommit=True) as conn:
         for table in ("mcp_task_artifacts", "mcp_task_artifact_chunks"):
             assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
+
+
+def test_the_console_edits_limits_through_its_admin_login_and_without_one_is_refused(
+    login: Login, db_url: str
+) -> None:
+    """The ``console`` command on the API's role: limit forms refused (403, naming the CLI and
+    the setting), nothing written; with ``console_database_url`` an admin login, the same forms
+    change the limits and their audit rows (actor ``admin:ops``) while the pages still read
+    through the API's role."""
+    env = {
+        **support.stack_env(db_url, support.REDIS_URL, uuid.uuid4().hex[:8]),
+        "MCP_TASKS_DATABASE_URL": login("mcp_tasks_api"),
+        "MCP_TASKS_CONSOLE_ADMIN_TOKENS": console_http.ADMINS,
+    }
+    form = {"principal": "token:alice", "max_active_tasks": "7", "note": "from the console"}
+    tool = {"op": "set", "tool": "train_model", "key": "*", "concurrency": "2"}
+
+    proc, base, _ = console_http.start_console("roles-console-api", env)
+    try:
+        with console_http.sign_in(base) as http:
+            for path, data in (("/limits", form), ("/limits/tool", tool)):
+                refused = http.post(path, data={**data, "csrf": console_http.csrf_of(http, "/limits")})
+                assert refused.status_code == 403, refused.text
+                assert "mcp-celery-tasks tasks limits" in refused.text
+                assert "MCP_TASKS_CONSOLE_DATABASE_URL" in refused.text
+    finally:
+        proc.stop()
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM mcp_principal_limits").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM mcp_tool_limits").fetchone() == (0,)
+
+    admin_dsn = login("mcp_tasks_admin")
+    admin_env = {**env, "MCP_TASKS_CONSOLE_DATABASE_URL": admin_dsn}
+    proc, base, _ = console_http.start_console("roles-console-admin", admin_env)
+    try:
+        with console_http.sign_in(base) as http:
+            for path, data in (("/limits", form), ("/limits/tool", tool)):
+                changed = http.post(path, data={**data, "csrf": console_http.csrf_of(http, "/limits")})
+                assert changed.status_code == 303 and changed.headers["location"] == "/limits", changed.text
+            page = http.get("/limits")
+            assert page.status_code == 200 and "token:alice" in page.text and "from the console" in page.text
+            assert "set limits" in http.get("/audit").text
+    finally:
+        proc.stop()
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute(
+            "SELECT max_active_tasks, note FROM mcp_principal_limits WHERE principal = 'token:alice'"
+        ).fetchone() == (7, "from the console")
+        assert conn.execute(
+            "SELECT concurrency FROM mcp_tool_limits WHERE tool_name = 'train_model'"
+        ).fetchone() == (2,)
+        actors = conn.execute("SELECT DISTINCT actor FROM mcp_limit_changes").fetchall()
+        assert actors == [(f"admin:ops (db role {urlsplit(admin_dsn).username})",)]
+        actions = conn.execute("SELECT action FROM mcp_console_actions ORDER BY id").fetchall()
+        assert actions == [("set limits",), ("set tool limit",)]

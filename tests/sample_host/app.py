@@ -2,8 +2,10 @@
 
 It keeps what such a service already has: its own lifespan (and lifespan state), routes, HTTP
 middleware and API keys. The MCP endpoint takes the caller's identity from the same API keys,
-so a user's tasks are theirs in MCP too. Served by ``uvicorn tests.sample_host.app:app`` with
-the ``MCP_TASKS_*`` settings in the environment; its tool jobs run on the usual workers.
+so a user's tasks are theirs in MCP too; the admins' console sits at ``/admin/tasks`` (admins
+sign in with ``MCP_TASKS_CONSOLE_ADMIN_TOKENS``, not the API keys). Served by ``uvicorn
+tests.sample_host.app:app`` with the ``MCP_TASKS_*`` settings in the environment; its tool jobs
+run on the usual workers.
 """
 
 from __future__ import annotations
@@ -56,4 +58,4 @@ async def item(number: int, request: Request, user: str = Depends(require_user))
     return {"number": number, "user": user, "greeting": request.state.greeting}
 
 
-mount(app, "/mcp", principal=user_of)
+mount(app, "/mcp", principal=user_of, console="/admin/tasks")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from mcp_celery_tasks.console import listing
-from mcp_celery_tasks.console.pages import _next
+from mcp_celery_tasks.console.http import next_path
 from mcp_celery_tasks.console.render import render, shown, text
 from mcp_celery_tasks.console.security import Refused, Sessions
 from mcp_celery_tasks.settings import Settings
@@ -91,7 +91,7 @@ def test_the_csrf_token_is_bound_to_its_session() -> None:
 
 
 def test_after_sign_in_only_a_console_path_is_followed() -> None:
-    assert _next("/console/tasks?status=failed") == "/console/tasks?status=failed"
+    assert next_path("/console/tasks?status=failed", "/console") == "/console/tasks?status=failed"
     for elsewhere in (
         "https://evil.example/",
         "//evil.example/console/",
@@ -99,7 +99,7 @@ def test_after_sign_in_only_a_console_path_is_followed() -> None:
         "/console/\\evil",
         None,
     ):
-        assert _next(elsewhere) == "/console/"
+        assert next_path(elsewhere, "/console") == "/console/"
 
 
 def test_filters_come_from_the_url_and_refuse_what_they_cannot_apply() -> None:

@@ -62,3 +62,17 @@ def test_a_hosts_principal_may_come_from_a_coroutine() -> None:
 
     gate = Gate(Authenticator(Settings()), principal_of=principal_of)
     assert asyncio.run(gate.principal(_request(), "Bearer ignored")) == "user:42"
+
+
+@pytest.mark.parametrize("console", ["/", "", "/mcp", "/mcp/admin", "admin", "/a/../b", "/<x>"])
+def test_a_mounted_console_needs_a_path_of_its_own(console: str) -> None:
+    with pytest.raises(ValueError, match="console path"):
+        mount(FastAPI(), "/mcp", settings=Settings(), console=console)
+
+
+def test_a_mounted_console_comes_before_a_catch_all_of_the_host() -> None:
+    host = Starlette(routes=[Route("/{anything:path}", lambda request: None)])
+    mount(host, "/mcp", settings=Settings(), console="/admin/tasks/")
+    paths = [getattr(route, "path", None) for route in host.router.routes]
+    assert paths[0] == "/admin/tasks" and "/admin/tasks/tasks/{job_id}/cancel" in paths
+    assert paths.index("/admin/tasks/login") < paths.index("/{anything:path}")

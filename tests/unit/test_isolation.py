@@ -106,6 +106,15 @@ def test_the_soft_limit_reaches_an_isolated_body_in_plain_python() -> None:
     assert _text(run) == "cleaned up after the soft limit"
 
 
+def test_a_soft_limit_that_comes_while_the_body_starts_is_raised_as_the_tool_starts() -> None:
+    """The body holds the signal until its handlers are in: before, SIGUSR2's default action
+    ended it ("killed by signal SIGUSR2"), a crash where a soft limit is due."""
+    from tests.fixtures import isolated_slow_start  # noqa: F401  # 1 s to import
+
+    run = run_tool("iso_slow_start", {}, settings=Settings(report_min_interval_seconds=0.0))
+    assert _text(run) == "The tool 'iso_slow_start' ran past its soft time limit of 0.3 s"
+
+
 def test_retry_later_from_a_body_schedules_the_next_attempt() -> None:
     run = run_tool("iso_retry_later", {})
     assert "asked to retry later" in _text(run)

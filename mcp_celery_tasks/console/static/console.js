@@ -75,7 +75,7 @@ function addRow(state) {
   link.textContent = state.job;
   const cells = [
     [link], ["status", "status s-" + state.status], ["tool"], ["owner"], ["queue"],
-    ["status_message", "message"], ["created"], ["attempts", "n"],
+    ["status_message", "message"], ["created"], ["attempts", "n"], ["finished"],
   ];
   for (const [what, className] of cells) {
     const cell = document.createElement("td");
