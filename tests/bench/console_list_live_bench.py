@@ -121,8 +121,8 @@ def _window(dsn: str, pid: int, seconds: float) -> tuple[float, int, int, float,
     )
 
 
-async def _pages(base: str, pages: int, seconds: float, seen: list[tuple[str, str, float]]) -> None:
-    """Open ``pages`` first pages' live streams; record (event, job, arrival epoch s)."""
+async def _pages(base: str, pages: int, seconds: float, seen: list[tuple[str, str, float, float]]) -> None:
+    """Open ``pages`` first pages' live streams; record (event, job, arrival, stream opened: epoch s)."""
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=120) as http:
         page = await http.get("/console/tasks")
@@ -137,6 +137,7 @@ async def _pages(base: str, pages: int, seconds: float, seen: list[tuple[str, st
         async def follow() -> None:
             nonlocal count
             async with http.stream("GET", url) as stream:
+                opened_at = time.time()
                 count += 1
                 if count == pages:
                     opened.set()
@@ -149,7 +150,7 @@ async def _pages(base: str, pages: int, seconds: float, seen: list[tuple[str, st
                     elif line.startswith("data: ") and event in ("new", "row"):
                         data = json.loads(line[6:])
                         if event == "new" or data.get("status") == "completed":
-                            seen.append((event, data["job"], time.time()))
+                            seen.append((event, data["job"], time.time(), opened_at))
 
         followers = [asyncio.create_task(follow()) for _ in range(pages)]
         await asyncio.wait_for(opened.wait(), 60)
@@ -159,8 +160,8 @@ async def _pages(base: str, pages: int, seconds: float, seen: list[tuple[str, st
         await asyncio.gather(*followers, return_exceptions=True)
 
 
-def _latencies(dsn: str, seen: list[tuple[str, str, float]]) -> dict[str, list[float]]:
-    jobs = sorted({job for _, job, _ in seen})
+def _latencies(dsn: str, seen: list[tuple[str, str, float, float]]) -> dict[str, list[float]]:
+    jobs = sorted({job for _, job, _, _ in seen})
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
             "SELECT job_id, extract(epoch FROM created_at), extract(epoch FROM finished_at) FROM mcp_tasks "
@@ -171,10 +172,10 @@ def _latencies(dsn: str, seen: list[tuple[str, str, float]]) -> dict[str, list[f
         str(job): (float(created), float(finished) if finished else None) for job, created, finished in rows
     }
     out: dict[str, list[float]] = {"new": [], "row": []}
-    for event, job, arrived in seen:
+    for event, job, arrived, opened_at in seen:
         created, finished = moments.get(job, (None, None))
         moment = created if event == "new" else finished
-        if moment is not None:
+        if moment is not None and moment >= opened_at:  # not a row that had ended before the page
             out[event].append((arrived - moment) * 1000)
     return out
 
@@ -219,7 +220,7 @@ def main() -> None:
             load.start()
             time.sleep(3)  # the pool warms up
             _report("no page open", _window(dsn, pid, args.seconds), args.seconds)
-            seen: list[tuple[str, str, float]] = []
+            seen: list[tuple[str, str, float, float]] = []
             result: dict[str, tuple[float, int, int, float, float]] = {}
 
             def measure() -> None:
