@@ -452,6 +452,10 @@ class Settings(BaseSettings):
     """How often beat collects expired tasks."""
     gc_alarm_intervals: int = 3
     """Log an error when the collector has not run for this many intervals."""
+    console_audit_retention_seconds: float = Field(default=90 * 86_400.0, ge=0)
+    """The collector deletes console audit rows (``mcp_console_actions``) older than this, in
+    batches with the expired tasks; 0 keeps them forever. Console sign-outs are collected once
+    the sessions they refuse have expired, whatever this says."""
     sweep_interval_seconds: float = 15.0
     """How often beat runs the sweeper (outbox and lost leases)."""
     dispatch_ahead: int = 4

@@ -10,7 +10,11 @@ process or ``max_connections_per_client`` per client address. A request head ove
 it (httptools itself buffers a head without bound). Behind a trusted reverse proxy
 (``trusted_proxies``) the client address is the one it forwards (``forwarded``): the proxy's
 connections are not capped per address, its requests are, per forwarded client, and the app
-sees that client in the ASGI scope. What a process cannot do for
+sees that client in the ASGI scope. uvicorn's own proxy-header middleware is turned off
+(``proxy_headers=False``): it believes ``X-Forwarded-For`` from 127.0.0.1 and ::1 (its
+``--forwarded-allow-ips`` default) whatever ``trusted_proxies`` says, so a client on the
+loopback could pick its address for every per-address limit of the app (the console's sign-in
+limit among them). What a process cannot do for
 itself (TLS, limits across replicas, per-client rates) belongs in a reverse proxy in front:
 ``deploy/nginx.conf`` shows one.
 """
@@ -214,6 +218,7 @@ class _UvicornOptions(TypedDict):
     http: type[GuardedProtocol] | str
     timeout_keep_alive: int
     backlog: int
+    proxy_headers: bool
 
 
 def serve(app: Any, settings: Settings, *, host: str, port: int, workers: int, log_level: str) -> None:
@@ -230,6 +235,7 @@ def serve(app: Any, settings: Settings, *, host: str, port: int, workers: int, l
         "http": GuardedProtocol if workers == 1 else "mcp_celery_tasks.api.httpserver:GuardedProtocol",
         "timeout_keep_alive": 5,
         "backlog": 2048,
+        "proxy_headers": False,  # forwarded addresses are GuardedProtocol's, from trusted_proxies only
     }
     if workers == 1:
         uvicorn.run(app, **options)

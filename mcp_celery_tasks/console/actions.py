@@ -12,6 +12,7 @@ on the page shown.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from urllib.parse import quote, urlencode
@@ -38,6 +39,10 @@ logger = logging.getLogger("mcp_celery_tasks.console")
 ServicesOf = Callable[[Request], Services]
 BULK_MAX = 1000
 """Most tasks one bulk action changes (narrow the filter, or run it again, for more)."""
+CANCELS_AT_ONCE = 4
+"""A bulk cancel's cancels in flight at once: each is a statement and a broker revoke, so four
+overlap their round trips (1,000 in about a third of the time of one by one) while leaving the
+rest of the database pool (``db_pool_max``, 10) to other requests."""
 VERBS = {"cancel": "cancel", "retry": "retry"}
 MAX_REASONS = 5
 
@@ -163,10 +168,16 @@ async def _cancel_all(
 ) -> dict[str, JSONValue]:
     """Cancel each row through ``tasks/cancel``'s path (one already ended counts as unchanged)."""
     message = f"{reason.strip()[:500] or 'cancelled by an operator'} ({admin.actor})"
-    changed = 0
-    for row in rows:
-        outcome = await services.tasks.cancel(str(row["task_id"]), str(row["owner"]), message)
-        changed += 1 if outcome.cancelled_now else 0
+    rows = list(rows)
+
+    async def lane(start: int) -> int:
+        changed = 0
+        for row in rows[start::CANCELS_AT_ONCE]:
+            outcome = await services.tasks.cancel(str(row["task_id"]), str(row["owner"]), message)
+            changed += 1 if outcome.cancelled_now else 0
+        return changed
+
+    changed = sum(await asyncio.gather(*(lane(start) for start in range(CANCELS_AT_ONCE))))
     return {"changed": changed, "unchanged": len(rows) - changed}
 
 

@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Mapping
+import weakref
+from collections.abc import AsyncGenerator, Mapping
 from datetime import datetime
 
 from mcp_celery_tasks.console.render import text
@@ -28,17 +29,32 @@ MAX_LIVE_ROWS = 200
 MAX_NEW_ROWS = 50
 """New rows sent per look (a flood of creates shows its newest; the page links to the rest)."""
 NEWS_MIN_S = 0.2
+READS_AT_ONCE = 2
+"""Live pages' reads in flight at once in a process. A busy pool wakes every open list page on
+every burst of NOTIFYs; without a bound, 30 pages took 30 of the pool's ``db_pool_max`` (10)
+connections together and the API's own requests (creates, ``tasks/get``) queued behind them
+(measured: a pool completing 64 tasks/s fell to 23/s). Pages wait their turn instead."""
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
+_reads: weakref.WeakKeyDictionary[object, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
-async def changes(services: Services, task_id: str, job_id: str) -> AsyncIterator[str]:
+def _turn(services: Services) -> asyncio.Semaphore:
+    """The bound on live pages' reads of one app's services (one event hub, one loop)."""
+    turn = _reads.get(services.events)
+    if turn is None:
+        turn = _reads[services.events] = asyncio.Semaphore(READS_AT_ONCE)
+    return turn
+
+
+async def changes(services: Services, task_id: str, job_id: str) -> AsyncGenerator[str, None]:
     """SSE messages: the task's state now, then after every change, until nothing can change."""
     events = services.events
     last: str | None = None
     with events.watch(task_id) as changed, events.polled(task_id):
         while True:
             changed.clear()  # before the read: a change after it wakes us
-            detail = await services.store.console_task(job_id)
+            async with _turn(services):
+                detail = await services.store.console_task(job_id)
             if detail is None:
                 yield "event: gone\ndata: {}\n\n"
                 return
@@ -85,7 +101,7 @@ def _new_row(row: Mapping[str, object]) -> dict[str, object]:
 
 async def row_changes(
     services: Services, job_ids: list[str], news: TaskFilter | None = None
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """SSE messages for a list page: each shown row's status, statusMessage and attempts when
     they change, until every row has settled. One hub event for the whole page; one read of the
     page's rows (by job id) when the hub says one of them may have changed.
@@ -106,7 +122,8 @@ async def row_changes(
             watching.enter_context(events.any_change(changed))
         while True:
             if news is not None:
-                page = await services.store.console_tasks(news, MAX_NEW_ROWS)
+                async with _turn(services):
+                    page = await services.store.console_tasks(news, MAX_NEW_ROWS)
                 for row in reversed(page.rows):  # oldest first: the page puts each on top
                     yield f"event: new\ndata: {json.dumps(_new_row(row), ensure_ascii=True)}\n\n"
                 if page.rows:
@@ -115,7 +132,7 @@ async def row_changes(
                     room = MAX_LIVE_ROWS - len(job_ids)
                     added = [str(row["job_id"]) for row in page.rows][: max(room, 0)]
                     job_ids += added
-                    rows = await services.store.console_rows(job_ids) if added else rows
+                    rows = await _reread(services, rows, job_ids) if added else rows
             for row in rows:
                 if not _settled(row) and row["job_id"] not in followed:
                     followed.add(str(row["job_id"]))
@@ -137,7 +154,22 @@ async def row_changes(
             if news is not None:
                 await asyncio.sleep(NEWS_MIN_S)  # a busy pool's NOTIFYs: one read for a burst
             changed.clear()  # before the read: a change after it wakes us
-            rows = await services.store.console_rows(job_ids)
+            rows = await _reread(services, rows, job_ids)
+
+
+async def _reread(
+    services: Services, rows: list[Mapping[str, object]], job_ids: list[str]
+) -> list[Mapping[str, object]]:
+    """The page's rows again, reading only those that can still change: a settled row stays as
+    it was (a busy pool's page follows up to ``MAX_LIVE_ROWS`` rows, most of them done, and
+    re-read all of them on every wake: 200 rows per page every ``NEWS_MIN_S``)."""
+    settled = {str(row["job_id"]): row for row in rows if _settled(row)}
+    pending = [job for job in job_ids if job not in settled]
+    fresh: dict[str, Mapping[str, object]] = {}
+    if pending:
+        async with _turn(services):
+            fresh = {str(row["job_id"]): row for row in await services.store.console_rows(pending)}
+    return [row for job in job_ids if (row := settled.get(job) or fresh.get(job)) is not None]
 
 
 def _moment(row: Mapping[str, object]) -> datetime:

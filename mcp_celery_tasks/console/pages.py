@@ -23,6 +23,7 @@ from mcp_celery_tasks.console.actions import Actions, ServicesOf
 from mcp_celery_tasks.console.http import PREFIX, cookie_path, html, next_path, prefix_of, refusal
 from mcp_celery_tasks.console.limits import FIELDS, parse_limits
 from mcp_celery_tasks.console.render import render
+from mcp_celery_tasks.console.revocation import Revocations
 from mcp_celery_tasks.console.security import (
     HEADERS,
     LOGIN_COOKIE,
@@ -33,6 +34,7 @@ from mcp_celery_tasks.console.security import (
     Sessions,
     ToolCaller,
 )
+from mcp_celery_tasks.console.signouts import SignOuts
 from mcp_celery_tasks.console.throttle import FailedLogins
 from mcp_celery_tasks.console.views import task_view
 from mcp_celery_tasks.errors import InfrastructureError
@@ -61,19 +63,20 @@ async def _form(request: Request) -> dict[str, str]:
     return {name: values[0] for name, values in fields.items()}
 
 
-class Console(Actions):
+class Console(Actions, SignOuts):
     def __init__(
         self, settings: Settings, is_tool_caller: ToolCaller, services_of: ServicesOf, prefix: str
     ) -> None:
         self.prefix = prefix
         self.cookies = cookie_path(prefix)
         self.sessions = Sessions(settings, is_tool_caller)
+        self.revocations = Revocations()
         self.failed_logins = FailedLogins()
         self.services_of = services_of
         self.active_limit = settings.max_active_tasks_per_principal  # the overview's default limit
         self.secure_default = settings.resource_url is not None and settings.resource_url.startswith("https")
 
-    def _admin(self, request: Request) -> Admin:
+    async def _admin(self, request: Request) -> Admin:
         authorization = request.headers.get("authorization")
         if authorization:  # a token tried on every request: held back like the sign-in form's
             address = _address(request)
@@ -83,14 +86,20 @@ class Console(Actions):
             except Refused:
                 self.failed_logins.failed(address)
                 raise
-        return self.sessions.admin(request.cookies.get(SESSION_COOKIE))
+        admin = self.sessions.admin(request.cookies.get(SESSION_COOKIE))
+        await self.revocations.check(admin, self.services_of(request))  # in memory, mostly
+        return admin
 
     def page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         """A GET page for admins: the sign-in form for anyone else."""
 
         async def endpoint(request: Request) -> Response:
             try:
-                admin = self._admin(request)
+                admin = await self._admin(request)
+            except InfrastructureError:
+                return refusal(
+                    Refused(503, "the task database is unavailable; try again shortly"), self.prefix
+                )
             except Refused as refused:
                 if refused.status == 401 and "authorization" not in request.headers:
                     back = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
@@ -112,7 +121,7 @@ class Console(Actions):
 
         async def endpoint(request: Request) -> Response:
             try:
-                admin = self._admin(request)
+                admin = await self._admin(request)
                 form = await _form(request)
                 self.sessions.check_csrf(admin, form.get("csrf"))
                 request.state.form = form
@@ -183,11 +192,6 @@ class Console(Actions):
         response.delete_cookie(LOGIN_COOKIE, path=self.cookies)
         return response
 
-    async def logout(self, request: Request, admin: Admin) -> Response:
-        response = RedirectResponse(f"{self.prefix}/login", 303, headers=HEADERS)
-        response.delete_cookie(SESSION_COOKIE, path=self.cookies)
-        return response
-
     # ---- pages -----------------------------------------------------------------------------
 
     async def overview(self, request: Request, admin: Admin) -> Response:
@@ -205,7 +209,9 @@ class Console(Actions):
             last = listing.cursor(page.rows[-1], where.sort)
             older = listing.query(params, after=last) if oldest else listing.query(params, before=last)
         shown = [str(row["job_id"]) for row in page.rows]
-        follow = urlencode([("job", job) for job in shown]) if 0 < len(shown) <= live.MAX_LIVE_ROWS else ""
+        # Followed rows are ``row=``, never ``job=``: that is the list's job filter, which the new
+        # rows' filter reads (a first page's followed ids under ``job=`` filtered every new row out).
+        follow = urlencode([("row", job) for job in shown]) if 0 < len(shown) <= live.MAX_LIVE_ROWS else ""
         first = where.before is None and where.after is None
         newest_first = not oldest and where.sort == "created"  # where a task created since goes
         if first and newest_first and len(shown) <= live.MAX_LIVE_ROWS:  # the first page: new rows too
@@ -246,17 +252,20 @@ class Console(Actions):
             return refusal(Refused(404, "no such job (it may have expired)"), self.prefix)
         task_id = str(detail.task["task_id"])
         return StreamingResponse(
-            live.changes(services, task_id, job_id),
+            self.revocations.guarded(live.changes(services, task_id, job_id), admin, services),
             media_type="text/event-stream",
             headers={**HEADERS, "X-Accel-Buffering": "no"},
         )
 
     async def tasks_live(self, request: Request, admin: Admin) -> Response:
-        jobs = list(dict.fromkeys(request.query_params.getlist("job")))[: live.MAX_LIVE_ROWS]
+        services = self.services_of(request)
+        jobs = list(dict.fromkeys(request.query_params.getlist("row")))[: live.MAX_LIVE_ROWS]
         params = dict(request.query_params)
         news = listing.parse({**listing.filter_fields(params), "after": params.get("after", "")})
         return StreamingResponse(
-            live.row_changes(self.services_of(request), jobs, news if params.get("news") else None),
+            self.revocations.guarded(
+                live.row_changes(services, jobs, news if params.get("news") else None), admin, services
+            ),
             media_type="text/event-stream",
             headers={**HEADERS, "X-Accel-Buffering": "no"},
         )
@@ -336,6 +345,7 @@ def console_routes(
         Route(f"{at}/login", console.login_form, methods=["GET"]),
         Route(f"{at}/login", console.login, methods=["POST"]),
         Route(f"{at}/logout", console.action(console.logout), methods=["POST"]),
+        Route(f"{at}/logout/everywhere", console.action(console.logout_everywhere), methods=["POST"]),
         Route(f"{at}/tasks", console.page(console.tasks), methods=["GET"]),
         Route(f"{at}/tasks/live", console.page(console.tasks_live), methods=["GET"]),
         Route(f"{at}/tasks/{{job_id}}", console.page(console.task), methods=["GET"]),

@@ -4,7 +4,9 @@ Admins are not tool callers: an admin presents a console token (``console_admin_
 only their SHA-256 hashes) once, on the login form, and gets a signed session cookie (HttpOnly,
 SameSite=Strict, Secure over https) naming ``admin:<name>``. A token that opens the MCP endpoint
 (``auth_tokens``, a JWT) is recognised and refused with 403, never taken for an admin's. A session
-ends when it expires or its admin's token is removed from the settings.
+ends when it expires, its admin's token is removed from the settings, or it is revoked server-side
+(signed out, or all of its admin's sessions revoked: ``revocation``); the cookie carries its
+issue time and a nonce for that.
 
 Every POST carries a CSRF token bound to the session (an HMAC of its nonce), the login form's a
 double-submit value of its own cookie. Every response is ``no-store`` under a strict
@@ -62,10 +64,15 @@ class Refused(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Admin:
-    """A signed-in admin: ``actor`` is ``admin:<name>``; ``csrf`` the session's POST token."""
+    """A signed-in admin: ``actor`` is ``admin:<name>``; ``csrf`` the session's POST token. A
+    session's ``session`` is the SHA-256 of its nonce (what a sign-out revokes), ``issued_ms`` and
+    ``expires`` its issue time (ms) and expiry (s); a bearer request has no session (``""``)."""
 
     name: str
     csrf: str
+    session: str = ""
+    issued_ms: int = 0
+    expires: int = 0
 
     @property
     def actor(self) -> str:
@@ -121,7 +128,13 @@ class Sessions:
     # ---- the session cookie ----------------------------------------------------------------
 
     def issue(self, name: str) -> str:
-        payload = {"n": name, "x": int(time.time()) + SESSION_S, "c": secrets.token_urlsafe(16)}
+        now = time.time()
+        payload = {
+            "n": name,
+            "x": int(now) + SESSION_S,
+            "i": int(now * 1000),
+            "c": secrets.token_urlsafe(16),
+        }
         data = json.dumps(payload, separators=(",", ":")).encode()
         return f"{_b64(data)}.{self.keys.sign(data)}"
 
@@ -141,7 +154,16 @@ class Sessions:
         name = payload["n"]
         if payload["x"] < time.time() or name not in self.settings.console_admin_tokens:
             raise Refused(401, "your session has ended; sign in again")
-        return Admin(name, self.keys.sign(b"csrf:" + str(payload["c"]).encode()))
+        nonce = str(payload["c"]).encode()
+        expires = int(payload["x"])
+        issued_ms = int(payload.get("i", (expires - SESSION_S) * 1000))  # cookies issued before "i"
+        return Admin(
+            name,
+            self.keys.sign(b"csrf:" + nonce),
+            session=hashlib.sha256(nonce).hexdigest(),
+            issued_ms=issued_ms,
+            expires=expires,
+        )
 
     def check_csrf(self, admin: Admin, presented: str | None) -> None:
         if admin.csrf == "":  # a bearer request

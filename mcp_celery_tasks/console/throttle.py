@@ -1,9 +1,10 @@
 """Failed sign-ins per client address: after ``LIMIT`` in ``WINDOW_S``, every sign-in from that
 address is refused (429) until the oldest failure is a window old, the right token included, so a
 token cannot be guessed faster than that. Counted per API process (each replica counts its own);
-the address is the one the API sees (behind a proxy, what uvicorn's ``--forwarded-allow-ips``
-lets the ``X-Forwarded-For`` header say). At most ``MAX_ADDRESSES`` are tracked: beyond them the
-address tracked longest is forgotten first."""
+the address is the ASGI scope's client: the peer, or behind a proxy listed in
+``trusted_proxies`` the client it forwarded (``api.httpserver`` sets it, from those peers only,
+as for the per-client connection limits; a header from anyone else is ignored). At most
+``MAX_ADDRESSES`` are tracked: beyond them the address tracked longest is forgotten first."""
 
 from __future__ import annotations
 

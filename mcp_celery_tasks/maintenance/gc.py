@@ -77,6 +77,7 @@ def collect_garbage(
     for _ in range(max_batches):  # incomplete artifacts of ended tasks (a job killed mid-upload)
         if store.delete_orphan_artifacts(batch) < batch:
             break
+    audit = _collect_console(store, batch, max_batches)
     if checkpoint_dir:
         sweep_checkpoint_dir(store, Path(checkpoint_dir))
     if artifact_dir:
@@ -84,11 +85,26 @@ def collect_garbage(
     store.record_run("collect_garbage", deleted)
     metrics.gc_deleted.inc(deleted)
     metrics.gc_last_run.set_to_current_time()
-    if deleted or sessions or spent:
+    if deleted or sessions or spent or audit:
         logger.info(
-            "collected %d expired tasks, %d expired sessions and %d spent request states",
-            deleted, sessions, spent,
+            "collected %d expired tasks, %d expired sessions, %d spent request states and %d "
+            "console audit rows", deleted, sessions, spent, audit,
         )  # fmt: skip
+    return deleted
+
+
+def _collect_console(store: WorkerStore, batch: int, max_batches: int) -> int:
+    """The console's audit past ``console_audit_retention_seconds`` (0: kept), and sign-outs whose
+    sessions have all expired; returns how many audit rows went."""
+    for _ in range(max_batches):
+        if store.delete_expired_revocations(batch) < batch:
+            break
+    deleted = 0
+    for _ in range(max_batches):
+        count = store.delete_old_console_actions(batch)
+        deleted += count
+        if count < batch:
+            break
     return deleted
 
 

@@ -40,6 +40,7 @@ from mcp_celery_tasks.store.records import (
     SessionRecord,
     TaskRecord,
 )
+from mcp_celery_tasks.store.revocation_calls import RevocationReads
 from mcp_celery_tasks.store.row_types import (
     OPEN_ROWS,
     AnswerRow,
@@ -59,7 +60,7 @@ _TASK = args_row(TaskRecord)
 _INPUT = args_row(InputRecord)
 
 
-class ApiStore(ArtifactReads, ConsoleReads, QuotaReads):
+class ApiStore(ArtifactReads, ConsoleReads, QuotaReads, RevocationReads):
     """Async store operations used by the HTTP front end."""
 
     def __init__(self, settings: Settings) -> None:

@@ -61,6 +61,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_tasks_overview": _READ,
         "mcp_limit_changes": _READ,  # the console's audit page shows them
         "mcp_console_actions": ("SELECT", "INSERT"),  # the console's audit: appended, never changed
+        "mcp_console_revocations": _WRITE,  # sign-outs: its sessions are checked against them
         "mcp_workers": _READ,  # the demand gauges: live workers' queues and slots
         "mcp_queue_demand": _READ,
         "alembic_version": _READ,  # readiness compares the schema with the code's head
@@ -92,6 +93,8 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_principal_limits": _READ,
         "mcp_tool_limits": _READ,  # the sweeper's release pass
         "mcp_principal_buckets": ("SELECT", "DELETE"),  # idle (full) buckets are collected
+        "mcp_console_actions": ("SELECT", "DELETE"),  # the audit past console_audit_retention_seconds
+        "mcp_console_revocations": ("SELECT", "DELETE"),  # sign-outs past their sessions' expiry
         "mcp_maintenance": _ALL,
         "mcp_workers": _ALL,  # its own row, the beats it hears from, and the long-dead rows
         "alembic_version": _READ,
@@ -113,6 +116,7 @@ GRANTS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
         "mcp_api_load": _ALL,
         "mcp_limit_changes": ("SELECT", "INSERT"),  # the audit is appended to, never rewritten
         "mcp_console_actions": ("SELECT", "INSERT"),  # likewise
+        "mcp_console_revocations": _ALL,  # tasks console revoke
         "mcp_maintenance": _ALL,
         "mcp_workers": _ALL,
         "mcp_tasks_overview": _READ,

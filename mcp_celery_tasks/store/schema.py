@@ -37,6 +37,7 @@ __all__ = [
     "artifact_chunks",
     "artifacts",
     "console_actions",
+    "console_revocations",
     "limit_changes",
     "maintenance",
     "metadata",
@@ -485,6 +486,22 @@ console_actions = Table(
     Column("affected", Integer, nullable=False),
     Column("detail", JSONB, nullable=True),
     PrimaryKeyConstraint("id"),
+    Index("ix_mcp_console_actions_acted_at", "acted_at"),  # migration 0025: the retention's order
 )
 """Each console action: who (``admin:<name>``), when, what (``cancel``), its target (a job id)
 and how many rows it changed."""
+
+console_revocations = Table(
+    "mcp_console_revocations",
+    metadata,
+    Column("subject", Text, nullable=False),
+    Column("not_before", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_by", Text, nullable=False),
+    Column("revoked_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("subject"),
+    Index("ix_mcp_console_revocations_expires_at", "expires_at"),
+)
+"""Console sessions ended before their expiry (migration 0025): ``admin:<name>`` or ``*`` (every
+session issued before ``not_before``), or ``session:<sha256 of its nonce>`` (one signed-out
+session). Rows past ``expires_at`` no longer matter and are collected."""

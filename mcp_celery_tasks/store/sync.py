@@ -37,6 +37,7 @@ from mcp_celery_tasks.store.dispatch_calls import DispatchCalls
 from mcp_celery_tasks.store.fleet import RegistryCalls
 from mcp_celery_tasks.store.limit_calls import LimitCalls
 from mcp_celery_tasks.store.records import CancelOutcome, ClaimedTask, InputItem, InputRecord
+from mcp_celery_tasks.store.revocation_calls import RevocationWrites
 from mcp_celery_tasks.store.row_types import (
     CancelRow,
     CheckpointFlip,
@@ -72,7 +73,7 @@ class _NotOurs(Exception):
     """Raised inside a transaction to roll it back: the task is not this worker's any more."""
 
 
-class WorkerStore(RegistryCalls, DispatchCalls, LimitCalls, ArtifactWrites):
+class WorkerStore(RegistryCalls, DispatchCalls, LimitCalls, ArtifactWrites, RevocationWrites):
     """Synchronous store operations for workers, beat jobs and the publisher thread (and the
     worker registry's: ``fleet``)."""
 

@@ -13,6 +13,10 @@ A create sends no NOTIFY (one per create would serialize the creates' commits on
 notification queue and wake every replica's fair publisher). Who wants to hear of new tasks (the
 console's live list) watches ``any_change``: it is set by this process's creates
 (``announce_created``), by every NOTIFY of any task, and after a reconnect.
+
+A NOTIFY whose payload is a registered signal (``on_signal``: the console's revocations) is no
+task's: it calls that signal's callbacks and wakes nobody else; so does every reconnect, since a
+signal may have been missed.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class TaskEvents:
         self._any: set[asyncio.Event] = set()
         self._task: asyncio.Task[None] | None = None
         self._on_notify: list[Callable[[], object]] = []
+        self._signals: dict[str, list[Callable[[], object]]] = {}
         self.connected = False
         self.rereads = 0
         """Batched re-read queries so far (tests and benchmarks count them)."""
@@ -66,6 +71,11 @@ class TaskEvents:
         """Call ``callback`` (thread-safe, quick) on every status transition of any task, and
         after a reconnect (the fair publisher: a slot may be free)."""
         self._on_notify.append(callback)
+
+    def on_signal(self, payload: str, callback: Callable[[], object]) -> None:
+        """Call ``callback`` (quick, in the event loop) on every ``NOTIFY`` of ``payload`` (which
+        must be no task id) and after every reconnect."""
+        self._signals.setdefault(payload, []).append(callback)
 
     @property
     def watched(self) -> int:
@@ -200,6 +210,17 @@ class TaskEvents:
         for event in self._watchers.get(task_id, ()):
             event.set()
 
+    def _signalled(self, payload: str | None) -> bool:
+        """Run a signal's callbacks (every signal's after a reconnect, ``None``); whether the
+        payload was a signal rather than a task id."""
+        if payload is None:
+            callbacks = [callback for each in self._signals.values() for callback in each]
+        else:
+            callbacks = self._signals.get(payload, [])
+        for callback in callbacks:
+            callback()
+        return payload is not None and bool(callbacks)
+
     async def _listen(self) -> None:
         backoff = 0.1
         while True:
@@ -207,6 +228,8 @@ class TaskEvents:
                 async for task_id in self._store.notifications():
                     self.connected = True
                     backoff = 0.1
+                    if self._signalled(task_id):
+                        continue
                     self._wake(task_id)
                     self._wake_any()  # a NOTIFY, or a reconnect: a new task may be there too
                     for callback in self._on_notify:

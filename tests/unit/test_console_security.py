@@ -162,3 +162,24 @@ def test_a_limits_form_is_applied_whole_or_refused() -> None:
         with pytest.raises(Refused) as refused:
             parse_limits(form)
         assert refused.value.status == 400, form
+
+
+def test_a_session_names_its_nonce_and_issue_time_for_revocation_and_a_bearer_none() -> None:
+    sessions = _sessions()
+    before = int(time.time() * 1000)
+    one, two = sessions.admin(sessions.issue("ops")), sessions.admin(sessions.issue("ops"))
+    assert len(one.session) == 64 and one.session != two.session  # the nonce's SHA-256, per session
+    assert before <= one.issued_ms <= int(time.time() * 1000)
+    assert one.expires == one.issued_ms // 1000 + 8 * 3600
+    assert sessions.bearer(f"Bearer {TOKEN}").session == ""
+
+
+def test_a_cookie_issued_before_sessions_carried_their_issue_time_still_has_one() -> None:
+    sessions = _sessions()
+    expires = int(time.time()) + 3600
+    payload = {"n": "ops", "x": expires, "c": "nonce"}  # as issued before "i"
+    data = json.dumps(payload, separators=(",", ":")).encode()
+    body = base64.urlsafe_b64encode(data).decode().rstrip("=")
+    admin = sessions.admin(f"{body}.{sessions.keys.sign(data)}")
+    assert admin.issued_ms == (expires - 8 * 3600) * 1000
+    assert admin.session == hashlib.sha256(b"nonce").hexdigest()

@@ -25,6 +25,7 @@ from mcp_celery_tasks.cli.admin.connect import (
     fail,
     friendly_errors,
 )
+from mcp_celery_tasks.cli.admin.console import console_app
 from mcp_celery_tasks.cli.admin.limits import limits_app
 from mcp_celery_tasks.cli.admin.tool_limits import history, tool_app
 from mcp_celery_tasks.cli.admin.view import (
@@ -57,6 +58,7 @@ admin_app = typer.Typer(
     f"\n\n{EXIT_CODES_HELP}",
 )
 admin_app.add_typer(limits_app, name="limits")
+admin_app.add_typer(console_app, name="console")
 limits_app.add_typer(tool_app, name="tool")
 limits_app.command("history", cls=PlainHelpCommand)(history)
 admin_app.command("workers", cls=PlainHelpCommand)(list_workers)
