@@ -32,10 +32,10 @@ _embedded: contextlib.ExitStack | None = None
 
 
 PAIRED_DIRECTORIES = ("faults", "conformance")
-"""Marked ``paired`` whole: scripts/test runs them after the parallel pass, two files at a time.
+"""Marked ``paired`` whole: scripts/test runs them after the parallel pass, three files at a time.
 The fault suite restarts its own embedded services and kills process groups, and asserts recovery
 within seconds; the conformance runner's scenarios wait on a 5 s question timeout. Both mostly
-wait (on restarts, leases, timeouts) rather than compute, so two of them side by side keep their
+wait (on restarts, leases, timeouts) rather than compute, so three of them side by side keep their
 clocks; beside the CPU-bound parallel pass, or beside a ``serial`` test's hostile tools, they
 would not."""
 
