@@ -42,14 +42,10 @@ sys.path.insert(0, str(ROOT))
 from mcp_celery_tasks.settings import Settings  # noqa: E402
 from mcp_celery_tasks.store import migrate  # noqa: E402
 from tests import support  # noqa: E402
+from tests.bench.procs import cpu_seconds  # noqa: E402
 
 TOKEN = "bench-admin-" + uuid.uuid4().hex
 _TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def _postgres_cpu_s() -> float:
@@ -105,7 +101,7 @@ def _window(dsn: str, pid: int, seconds: float) -> tuple[float, int, int, float,
         return int(row[0])
 
     cpu, commits, done, pg, me = (
-        _cpu_s(pid),
+        cpu_seconds(pid),
         _commits(dsn),
         completed(),
         _postgres_cpu_s(),
@@ -113,7 +109,7 @@ def _window(dsn: str, pid: int, seconds: float) -> tuple[float, int, int, float,
     )
     time.sleep(seconds)
     return (
-        _cpu_s(pid) - cpu,
+        cpu_seconds(pid) - cpu,
         _commits(dsn) - commits - 2,  # our own 2 reads
         completed() - done,
         _postgres_cpu_s() - pg,

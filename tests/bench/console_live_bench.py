@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -36,14 +35,9 @@ sys.path.insert(0, str(ROOT))
 from mcp_celery_tasks.settings import Settings  # noqa: E402
 from mcp_celery_tasks.store import migrate  # noqa: E402
 from tests import support  # noqa: E402
+from tests.bench.procs import cpu_seconds  # noqa: E402
 
 TOKEN = "bench-admin-" + uuid.uuid4().hex
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def _job(dsn: str, task_id: str) -> str:
@@ -81,9 +75,9 @@ async def _idle_cpu(
     never = str(gates / "never")
     jobs = [_job(dsn, client.start("con_hold", {"text": f"idle {n}", "gate": never})) for n in range(pages)]
     await asyncio.sleep(2)
-    before = _cpu_s(pid)
+    before = cpu_seconds(pid)
     await asyncio.sleep(10)
-    quiet = _cpu_s(pid) - before
+    quiet = cpu_seconds(pid) - before
     opened: asyncio.Queue[str] = asyncio.Queue()
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as http:
@@ -98,9 +92,9 @@ async def _idle_cpu(
         for _ in jobs:
             await asyncio.wait_for(opened.get(), 60)
         await asyncio.sleep(2)
-        before = _cpu_s(pid)
+        before = cpu_seconds(pid)
         await asyncio.sleep(10)
-        busy = _cpu_s(pid) - before
+        busy = cpu_seconds(pid) - before
         for follower in followers:
             follower.cancel()
         await asyncio.gather(*followers, return_exceptions=True)
