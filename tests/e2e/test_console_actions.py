@@ -300,16 +300,16 @@ def test_a_new_task_appears_on_an_open_list_without_a_reload(page: Any, console:
     assert page.locator(f'#tasks tr[data-job="{other}"]').count() == 0
     # Created elsewhere (another replica, whose create this process never sees): it shows with
     # the next NOTIFY of any task.
+    elsewhere = str(uuid.uuid4())  # never the copied job's own id (its first digit may be "e")
     with psycopg.connect(console["dsn"], autocommit=True) as conn:
         conn.execute(
             "INSERT INTO mcp_tasks (task_id, job_id, owner, tool_name, arguments, status, retention_ms,"
             " poll_interval_ms, queue, max_attempts, protocol_version, client_capabilities)"
-            " SELECT 'elsewhere-' || job_id, 'e' || substr(job_id, 2), owner, tool_name, arguments,"
+            " SELECT 'elsewhere-' || job_id, %s, owner, tool_name, arguments,"
             " 'completed', retention_ms, poll_interval_ms, queue, max_attempts, protocol_version,"
             " client_capabilities FROM mcp_tasks WHERE job_id = %s",
-            (job,),
+            (elsewhere, job),
         )
-        elsewhere = "e" + job[1:]
         time.sleep(0.5)
         assert page.locator(f'#tasks tr[data-job="{elsewhere}"]').count() == 0  # no signal yet
         conn.execute("SELECT pg_notify('mcp_task_events', 'some-other-task')")
