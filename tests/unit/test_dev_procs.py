@@ -29,15 +29,17 @@ LEADER = textwrap.dedent(
 )
 POOL_CHILD = textwrap.dedent(
     """
-    import signal, sys, time
-    heard = open(sys.argv[1], "a", buffering=1)
+    import os, signal, sys, time
+    # os.write, not a buffered file: a signal that lands inside a buffered write makes the
+    # handler's own write a "reentrant call" (RuntimeError), and the SIGTERM goes unnoted.
+    heard = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     def note(signum, frame):
-        heard.write(signal.Signals(signum).name + "\\n")
+        os.write(heard, (signal.Signals(signum).name + "\\n").encode())
         if signum == signal.SIGTERM:
             sys.exit(0)
     signal.signal(signal.SIGQUIT, note)
     signal.signal(signal.SIGTERM, note)
-    heard.write("ready\\n")
+    os.write(heard, b"ready\\n")
     while True:
         time.sleep(0.05)
     """
